@@ -1,0 +1,36 @@
+"""The ``fw`` command line: broker, run, demo (and later scaffold, replay, state)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from framework.cli.broker import broker
+from framework.cli.demo import demo
+from framework.errors import FrameworkError
+
+
+@click.group()
+@click.version_option(package_name="kstreamflow")
+def cli() -> None:
+    """Flink-style stateful stream processing on Apache Kafka."""
+
+
+cli.add_command(broker)
+cli.add_command(demo)
+
+
+def main() -> None:
+    """Entry point of ``fw``: framework errors print one line, not a traceback."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except FrameworkError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)

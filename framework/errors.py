@@ -1,0 +1,111 @@
+"""Exceptions raised by the framework.
+
+One root, ``FrameworkError``; every error the framework raises on purpose derives from it::
+
+    FrameworkError
+    ├── ConfigError            a setting is wrong or missing; names the setting and the fix
+    ├── EnvironmentProblem     the machine lacks something (java, mvn, a reachable broker)
+    ├── BrokerError            the local broker could not be started, reached or stopped
+    ├── PipelineError          the pipeline definition is invalid (unknown step, bad wiring)
+    ├── RecordError            about one record; prints ``topic[partition]@offset`` and step
+    │   ├── DeserializationError
+    │   ├── SerializationError
+    │   ├── ProcessingError    user code raised while processing the record
+    │   └── TimestampError     an event-time step met a record without a usable timestamp
+    ├── KafkaClientError       a client call failed; carries the librdkafka error
+    │   └── FatalKafkaError    the producer/consumer cannot continue (e.g. fenced)
+    └── StateError             a state store could not be opened, restored or written
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class FrameworkError(Exception):
+    """Root of every error the framework raises on purpose."""
+
+
+class ConfigError(FrameworkError):
+    """A configuration value is invalid; the message names the setting and how to fix it."""
+
+
+class EnvironmentProblem(FrameworkError):
+    """A required tool or resource is missing on this machine."""
+
+
+class BrokerError(FrameworkError):
+    """The local broker could not be started, reached or stopped."""
+
+
+class PipelineError(FrameworkError):
+    """The pipeline definition is invalid."""
+
+
+class StateError(FrameworkError):
+    """A state store could not be opened, restored or written."""
+
+
+class KafkaClientError(FrameworkError):
+    """A Kafka client call failed."""
+
+
+class FatalKafkaError(KafkaClientError):
+    """The client is in a state it cannot leave (fenced, fatal error): the process must stop."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordCoordinates:
+    """Where a record came from: enough to find it again with any Kafka tool."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None = None
+    timestamp: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+class RecordError(FrameworkError):
+    """An error about one record: knows its coordinates and the step that met it."""
+
+    def __init__(
+        self,
+        message: str,
+        coordinates: RecordCoordinates | None = None,
+        step: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.message = message
+        self.coordinates = coordinates
+        self.step = step
+        self.fix = fix
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = str(self.coordinates) if self.coordinates else "<no source record>"
+        text = f"{where}"
+        if self.step:
+            text += f" in step {self.step!r}"
+        text += f": {self.message}"
+        if self.fix:
+            text += f" Fix: {self.fix}"
+        return text
+
+
+class DeserializationError(RecordError):
+    """The record's key or value bytes could not be decoded."""
+
+
+class SerializationError(RecordError):
+    """An output value could not be encoded."""
+
+
+class ProcessingError(RecordError):
+    """User code raised while processing the record."""
+
+
+class TimestampError(RecordError):
+    """An event-time step met a record without a usable timestamp."""

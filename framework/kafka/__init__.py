@@ -1,0 +1,1 @@
+"""The only package that imports confluent_kafka: clients, admin helpers, error classification."""

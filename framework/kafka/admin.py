@@ -1,0 +1,75 @@
+"""Admin helpers: metadata probes and topic creation."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from framework.errors import KafkaClientError
+
+
+_PROBE_LOG = logging.getLogger("framework.kafka.probe")
+_PROBE_LOG.addHandler(logging.NullHandler())
+_PROBE_LOG.propagate = False  # "connection refused" is the expected answer while probing
+
+
+def broker_answers(bootstrap: str, timeout_s: float = 2.0, extra: Mapping[str, str] | None = None) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request within ``timeout_s``."""
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "socket.connection.setup.timeout.ms": 1000,
+        "logger": _PROBE_LOG,
+    }
+    conf.update(extra or {})
+    try:
+        md = AdminClient(conf).list_topics(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return bool(md.brokers)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic the framework needs: name, partitions and topic-level configs."""
+
+    name: str
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+    replication_factor: int = -1  # broker default
+
+
+def topic_partitions(admin: AdminClient, names: Iterable[str], timeout_s: float = 10.0) -> dict[str, int]:
+    """Partition counts of the existing topics among ``names``."""
+    md = admin.list_topics(timeout=timeout_s)
+    return {n: len(md.topics[n].partitions) for n in names if n in md.topics and not md.topics[n].error}
+
+
+def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> None:
+    """Create the topics that do not exist yet; wait until their metadata is visible."""
+    specs = list(specs)
+    existing = topic_partitions(admin, [s.name for s in specs])
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in missing],
+            operation_timeout=timeout_s,
+        )
+        for name, fut in futures.items():
+            try:
+                fut.result()
+            except KafkaException as exc:
+                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise KafkaClientError(f"could not create topic {name!r}: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+    while missing and time.monotonic() < deadline:
+        existing = topic_partitions(admin, [s.name for s in missing])
+        if all(existing.get(s.name) == s.partitions for s in missing):
+            return
+        time.sleep(0.1)
+    if missing:
+        raise KafkaClientError(f"topics {[s.name for s in missing]} not visible after {timeout_s}s")

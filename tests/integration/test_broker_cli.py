@@ -1,0 +1,39 @@
+"""`fw broker start|status|stop` on a second, private broker instance."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from framework.broker import external_bootstrap
+
+FW = [sys.executable, "-c", "from framework.cli import main; main()"]
+
+
+def _fw(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*FW, *args], capture_output=True, text=True, env=env, timeout=180)
+
+
+@pytest.mark.skipif(external_bootstrap() is not None, reason="an external cluster is configured")
+def test_start_twice_status_stop(tmp_path: Path, kafka_bootstrap: str) -> None:
+    env = {**os.environ, "FW_BROKER_DIR": str(tmp_path / "b"), "FW_BROKER_PORT": "39292"}
+    first = _fw("broker", "start", env=env)
+    try:
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.strip() == "127.0.0.1:39292"
+        again = _fw("broker", "start", env=env)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == "127.0.0.1:39292"
+        status = _fw("broker", "status", env=env)
+        assert status.returncode == 0
+        assert "running pid=" in status.stdout and str(tmp_path / "b" / "broker.log") in status.stdout
+    finally:
+        stopped = _fw("broker", "stop", env=env)
+    assert stopped.returncode == 0 and stopped.stdout.strip() == "stopped"
+    after = _fw("broker", "status", env=env)
+    assert after.returncode == 1 and after.stdout.startswith("not running")
+    assert _fw("broker", "stop", env=env).stdout.strip() == "not running"

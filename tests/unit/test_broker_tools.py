@@ -1,0 +1,39 @@
+"""A missing `java` or `mvn` is one line that says what to install, not a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+FW = [sys.executable, "-c", "from framework.cli import main; main()"]
+
+
+def _start_with_path(tmp_path: Path, bin_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "FW_BOOTSTRAP_SERVERS"}
+    env.update(PATH=str(bin_dir), FW_HOME=str(tmp_path / "home"), FW_BROKER_PORT="39392",
+               FW_BROKER_DIR=str(tmp_path / "broker"))
+    return subprocess.run([*FW, "broker", "start"], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_missing_java_is_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = _start_with_path(tmp_path, empty)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "`java` is not on PATH" in lines[0] and "Install a Java 17+ JDK" in lines[0]
+
+
+def test_missing_mvn_is_one_line(tmp_path: Path) -> None:
+    only_java = tmp_path / "bin"
+    only_java.mkdir()
+    java = subprocess.run(["which", "java"], capture_output=True, text=True).stdout.strip()
+    (only_java / "java").symlink_to(os.path.realpath(java))
+    proc = _start_with_path(tmp_path, only_java)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "`mvn` is not on PATH" in lines[0] and "Install Apache Maven" in lines[0]
