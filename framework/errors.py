@@ -84,6 +84,15 @@ class RecordError(FrameworkError):
         self.fix = fix
         super().__init__(self._render())
 
+    def locate(self, coordinates: RecordCoordinates | None) -> RecordError:
+        """Attach the record's coordinates when the raiser did not know them."""
+        self.coordinates = coordinates
+        self.args = (self._render(),)
+        return self
+
+    def __str__(self) -> str:
+        return self._render()
+
     def _render(self) -> str:
         where = str(self.coordinates) if self.coordinates else "<no source record>"
         text = f"{where}"

@@ -8,6 +8,7 @@ import click
 
 from framework.cli.broker import broker
 from framework.cli.demo import demo
+from framework.cli.run import run
 from framework.errors import FrameworkError
 
 
@@ -19,6 +20,7 @@ def cli() -> None:
 
 cli.add_command(broker)
 cli.add_command(demo)
+cli.add_command(run)
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -73,3 +74,8 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: flo
         time.sleep(0.1)
     if missing:
         raise KafkaClientError(f"topics {[s.name for s in missing]} not visible after {timeout_s}s")
+
+
+def admin_client(settings: Mapping[str, Any]) -> AdminClient:
+    """An AdminClient with the service's connection and security settings."""
+    return AdminClient(dict(settings))

@@ -1,0 +1,260 @@
+"""The Kafka clients of a service process: the output producer and the group consumer.
+
+Everything else in the runtime talks to these two classes and never to confluent_kafka.
+Consumed records are ``confluent_kafka.Message`` objects, which already have the
+``InputRecord`` interface the tasks expect.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from framework.engine.context import Headers
+from framework.errors import FatalKafkaError, KafkaClientError
+
+log = logging.getLogger("framework.kafka")
+TP = tuple[str, int]
+Verdict = Literal["retry", "abort", "fatal"]
+
+
+def classify(exc: BaseException) -> Verdict:
+    """What to do about a transactional-API error, as confluent-kafka documents it."""
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if err is None or err.fatal():
+        return "fatal"
+    if err.txn_requires_abort():
+        return "abort"
+    if err.retriable():
+        return "retry"
+    return "fatal" if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) else "abort"
+
+
+class KafkaOutput:
+    """The process's one producer: outputs, repartition records, changelogs, dead letters."""
+
+    def __init__(self, settings: Mapping[str, Any], transactional_id: str | None) -> None:
+        conf: dict[str, Any] = {
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",  # the Java client's partitioner: same key, same partition
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 500_000,
+            "logger": log,
+        }
+        conf.update(settings)
+        if transactional_id:
+            conf["transactional.id"] = transactional_id
+        self.transactional = bool(transactional_id)
+        self._p = Producer(conf)
+        self._changelog_ends: dict[TP, int] = {}
+        self._delivery_error: KafkaError | None = None
+
+    # -- Output protocol -----------------------------------------------------------------
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
+                headers: Headers = None, partition: int | None = None) -> None:
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
+        if timestamp:
+            kwargs["timestamp"] = timestamp
+        if headers:
+            kwargs["headers"] = list(headers)
+        if partition is not None:
+            kwargs["partition"] = partition
+        self._produce(topic, kwargs)
+
+    def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None,
+                          headers: Headers) -> None:
+        self._produce(topic, {"key": key, "value": value, "partition": partition,
+                              "headers": list(headers or ()), "on_delivery": self._on_changelog})
+
+    def _produce(self, topic: str, kwargs: dict[str, Any]) -> None:
+        while True:
+            try:
+                self._p.produce(topic, **kwargs)
+                return
+            except BufferError:
+                self._p.poll(0.05)  # local queue full: let deliveries drain (backpressure)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None and self._delivery_error is None:
+            self._delivery_error = err
+
+    def _on_changelog(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._on_delivery(err, msg)
+            return
+        tp = (msg.topic(), msg.partition())
+        end = msg.offset() + 1
+        if end > self._changelog_ends.get(tp, -1):
+            self._changelog_ends[tp] = end
+
+    # -- checkpoint support --------------------------------------------------------------
+
+    def poll(self) -> None:
+        self._p.poll(0)
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait for every delivery report; raise what a failed delivery reported."""
+        remaining = self._p.flush(timeout_s)
+        if remaining:
+            raise KafkaClientError(f"{remaining} records not delivered within {timeout_s}s")
+        if self._delivery_error is not None:
+            err, self._delivery_error = self._delivery_error, None
+            raise KafkaException(err)
+
+    def take_changelog_ends(self) -> dict[TP, int]:
+        """Next offset per changelog partition written since the last call."""
+        ends, self._changelog_ends = self._changelog_ends, {}
+        return ends
+
+    def init_transactions(self, timeout_s: float) -> None:
+        try:
+            self._p.init_transactions(timeout_s)
+        except KafkaException as exc:
+            raise FatalKafkaError(f"init_transactions failed: {exc}") from exc
+
+    def begin(self) -> None:
+        self._p.begin_transaction()
+
+    def send_offsets(self, positions: Mapping[TP, int], group_metadata: Any, timeout_s: float) -> None:
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        self._p.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
+
+    def commit(self, timeout_s: float) -> None:
+        self._p.commit_transaction(timeout_s)
+
+    def abort(self, timeout_s: float) -> None:
+        self._delivery_error = None
+        self._changelog_ends = {}
+        self._p.abort_transaction(timeout_s)
+
+
+class GroupConsumer:
+    """The service's consumer-group member (range assignment keeps inputs co-partitioned)."""
+
+    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+        conf: dict[str, Any] = {
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            # range gives partition i of every co-partitioned input to the same member
+            "partition.assignment.strategy": "range",
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 1_000,
+            "max.poll.interval.ms": 300_000,
+            "logger": log,
+        }
+        conf.update(settings)
+        self._c = Consumer(conf)
+
+    def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
+                  on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None]) -> None:
+        def assigned(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            consumer.assign(parts)
+            on_assign([(tp.topic, tp.partition) for tp in parts])
+
+        def revoked(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            on_revoke([(tp.topic, tp.partition) for tp in parts])
+            consumer.unassign()
+
+        def lost(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            on_lost([(tp.topic, tp.partition) for tp in parts])
+            consumer.unassign()
+
+        self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=lost)
+
+    def consume(self, n: int, timeout_s: float) -> list[Message]:
+        return self._c.consume(n, timeout_s)
+
+    def pause(self, tps: Iterable[TP]) -> None:
+        parts = [TopicPartition(t, p) for t, p in tps]
+        if parts:
+            self._c.pause(parts)
+
+    def resume(self, tps: Iterable[TP]) -> None:
+        parts = [TopicPartition(t, p) for t, p in tps]
+        if parts:
+            self._c.resume(parts)
+
+    def positions(self) -> dict[TP, int]:
+        """Next offset to consume per assigned partition that has consumed something."""
+        return {(tp.topic, tp.partition): tp.offset for tp in self._c.position(self._c.assignment())
+                if tp.offset >= 0}
+
+    def rewind_to_committed(self, tps: Iterable[TP], timeout_s: float) -> None:
+        """Seek to the group's committed offsets (the start when none): after an abort."""
+        parts = [TopicPartition(t, p) for t, p in tps]
+        if not parts:
+            return
+        for tp in self._c.committed(parts, timeout=timeout_s):
+            self._c.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self._c.seek(TopicPartition(tp[0], tp[1], offset))
+
+    def group_metadata(self) -> Any:
+        return self._c.consumer_group_metadata()
+
+    def commit(self, positions: Mapping[TP, int]) -> None:
+        if positions:
+            self._c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()],
+                           asynchronous=False)
+
+    def close(self) -> None:
+        self._c.close()
+
+
+class ChangelogReader:
+    """Reads changelog partitions (read_committed) for restores; never joins a group."""
+
+    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+        conf: dict[str, Any] = {
+            "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
+            "enable.partition.eof": True, "auto.offset.reset": "earliest", "logger": log,
+        }
+        conf.update(settings)
+        self._c = Consumer(conf)
+        self._assigned: set[TP] = set()
+
+    def add(self, tp: TP, start: int | None) -> None:
+        self._c.incremental_assign([TopicPartition(tp[0], tp[1], OFFSET_BEGINNING if start is None else start)])
+        self._assigned.add(tp)
+
+    def remove(self, tp: TP) -> None:
+        if tp in self._assigned:
+            self._c.incremental_unassign([TopicPartition(tp[0], tp[1])])
+            self._assigned.discard(tp)
+
+    def end_offset(self, tp: TP, timeout_s: float) -> int:
+        _, high = self._c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout_s)
+        return high
+
+    def read(self, n: int, timeout_s: float) -> list[tuple[TP, int, bytes | None, bytes | None] | tuple[TP, None]]:
+        """Records as ``(tp, offset, key, value)``; end-of-partition as ``(tp, None)``."""
+        out: list[Any] = []
+        for msg in self._c.consume(n, timeout_s):
+            err = msg.error()
+            tp = (msg.topic(), msg.partition())
+            if err is None:
+                out.append((tp, msg.offset(), msg.key(), msg.value()))
+            elif err.code() == KafkaError._PARTITION_EOF:
+                out.append((tp, None))
+            elif err.fatal():
+                raise FatalKafkaError(f"changelog read failed: {err}")
+            else:
+                log.warning("changelog read: %s", err)
+        return out
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._assigned)
+
+    def close(self) -> None:
+        self._c.close()

@@ -1,0 +1,113 @@
+"""Stateless steps and the two steps that write to topics (key_by, to).
+
+Each builder returns the ``push(key, value, timestamp)`` closure for one task. User code
+runs inside ``try`` so a failure names its step; the task attaches the record coordinates.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from framework.errors import ProcessingError, RecordError, SerializationError
+
+if TYPE_CHECKING:
+    from framework.engine.context import TaskContext
+    from framework.pipeline import steps as S
+
+
+def user_error(step: str, exc: BaseException) -> RecordError:
+    """The error for user code that raised in ``step``."""
+    if isinstance(exc, RecordError):
+        return exc
+    return ProcessingError(f"{type(exc).__name__}: {exc}", None, step,
+                           fix="fix the step's function or the input; the record is in the dead-letter topic")
+
+
+def build_map(step: S.Map, ctx: TaskContext, down: S.Push) -> S.Push:
+    fn, name = step.fn, step.name
+
+    def push(k: Any, v: Any, ts: int) -> None:
+        try:
+            out = fn(v)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+        down(k, out, ts)
+
+    return push
+
+
+def build_filter(step: S.Filter, ctx: TaskContext, down: S.Push) -> S.Push:
+    fn, name = step.fn, step.name
+
+    def push(k: Any, v: Any, ts: int) -> None:
+        try:
+            keep = fn(v)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+        if keep:
+            down(k, v, ts)
+
+    return push
+
+
+def build_flat_map(step: S.FlatMap, ctx: TaskContext, down: S.Push) -> S.Push:
+    fn, name = step.fn, step.name
+
+    def push(k: Any, v: Any, ts: int) -> None:
+        try:
+            outs = list(fn(v))
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+        for out in outs:
+            down(k, out, ts)
+
+    return push
+
+
+def build_peek(step: S.Peek, ctx: TaskContext, down: S.Push) -> S.Push:
+    fn, name = step.fn, step.name
+
+    def push(k: Any, v: Any, ts: int) -> None:
+        try:
+            fn(k, v, ts)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+        down(k, v, ts)
+
+    return push
+
+
+def build_key_by(step: S.KeyBy, ctx: TaskContext) -> S.Push:
+    """Writes ``(fn(value), value)`` to the step's repartition topic (partitioned by the new key)."""
+    from framework.serde import PickleSerde
+
+    fn, name = step.fn, step.name
+    ks, vs = step.key_serde.serialize, PickleSerde().serialize
+    produce, topic = ctx.output.produce, ctx.pipeline.repartition_topic(step.name)
+
+    def push(k: Any, v: Any, ts: int) -> None:
+        try:
+            new_key = fn(v)
+            kb = ks(new_key)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+        produce(topic, kb, vs(v), ts)
+
+    return push
+
+
+def build_sink(step: S.Sink, ctx: TaskContext) -> S.Push:
+    t = step.topic
+    ks, vs = t.key_serde.bind(t.name, True).serialize, t.value_serde.bind(t.name, False).serialize
+    produce, topic, name = ctx.output.produce, t.name, step.name
+
+    def push(k: Any, v: Any, ts: int) -> None:
+        try:
+            kb = None if k is None else ks(k)
+            vb = None if v is None else vs(v)
+        except Exception as exc:
+            raise SerializationError(f"cannot encode the output for {topic!r}: {type(exc).__name__}: {exc}",
+                                     None, name, fix=f"make the step's output match {topic!r}'s serdes") from exc
+        produce(topic, kb, vb, ts)
+
+    return push

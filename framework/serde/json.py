@@ -1,0 +1,38 @@
+"""JSON serde: compact UTF-8 JSON, the lingua franca of topics read by other languages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["JsonSerde"]
+
+
+class JsonSerde:
+    """Any JSON-encodable value <-> compact UTF-8 JSON (no spaces, non-ASCII kept as is).
+
+    ``serialize`` raises ``TypeError`` for values JSON cannot represent (sets, bytes,
+    custom objects) and ``ValueError`` for circular references; ``deserialize`` raises
+    ``UnicodeDecodeError`` or ``json.JSONDecodeError`` (both ``ValueError``). Stateless:
+    one instance can be shared everywhere.
+    """
+
+    __slots__ = ("_encode", "_decode")
+
+    def __init__(self) -> None:
+        # One encoder/decoder built here instead of json.dumps/json.loads per call, which
+        # would rebuild an encoder for every record whenever any option is non-default.
+        self._encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+        self._decode = json.JSONDecoder().decode
+
+    def serialize(self, obj: Any) -> bytes:
+        return self._encode(obj).encode("utf-8")
+
+    def deserialize(self, data: bytes) -> Any:
+        return self._decode(str(data, "utf-8"))
+
+    def bind(self, topic: str, is_key: bool) -> JsonSerde:
+        return self
+
+    def __repr__(self) -> str:
+        return "JsonSerde()"
