@@ -223,9 +223,12 @@ class ChangelogReader:
         self._c = Consumer(conf)
         self._assigned: set[TP] = set()
 
-    def add(self, tp: TP, start: int | None) -> None:
-        self._c.incremental_assign([TopicPartition(tp[0], tp[1], OFFSET_BEGINNING if start is None else start)])
-        self._assigned.add(tp)
+    def add_all(self, starts: list[tuple[TP, int | None]]) -> None:
+        """Start reading each changelog partition at its offset (the beginning for None)."""
+        if starts:
+            self._c.incremental_assign([TopicPartition(t, p, OFFSET_BEGINNING if o is None else o)
+                                        for (t, p), o in starts])
+            self._assigned.update(tp for tp, _ in starts)
 
     def remove(self, tp: TP) -> None:
         if tp in self._assigned:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from framework.errors import FatalKafkaError
 from framework.kafka.clients import TP, classify
+from framework.runtime.faults import crash_point
 
 if TYPE_CHECKING:
     from framework.runtime.service import Service
@@ -61,7 +62,9 @@ class Checkpointer:
         started = time.monotonic()
         try:
             changelog_records = self._produce_changelogs()                # 1
+            crash_point("after_changelogs")
             self._call(lambda: self.svc.output.flush(_TIMEOUT_S))          # 2
+            crash_point("after_flush")
             positions = self._positions()
             if self.svc.exactly_once:
                 metadata = self.svc.consumer.group_metadata()
@@ -69,7 +72,9 @@ class Checkpointer:
                 self._call(lambda: self.svc.output.commit(_TIMEOUT_S))     # 4
             else:
                 self._call(lambda: self.svc.consumer.commit(positions))
+            crash_point("after_commit")
             self._write_state()                                            # 5
+            crash_point("after_state_write")
         except _Abort as abort:
             self.abort(str(abort))
             return

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from framework.kafka.clients import TP, ChangelogReader
 from framework.pipeline.definition import Pipeline
+from framework.runtime.faults import crash_point
 from framework.state.base import StoreBackend
 from framework.state.restore import apply_changelog
 
@@ -34,31 +35,42 @@ class Restorer:
     def busy(self) -> bool:
         return bool(self.pending)
 
-    def start(self, partition: int) -> None:
-        todo: set[TP] = set()
-        for step in self.pipeline.stateful_steps():
-            tp = (self.pipeline.changelog_topic(step.name), partition)
-            store = self.backend.open(self.pipeline.name, step.name, partition)
-            start = store.changelog_offset()
+    def start(self, partitions: list[int]) -> None:
+        """Begin restoring ``partitions``; those already at the changelog end finish at once.
+
+        End offsets are queried before anything is assigned: once the reader fetches, each
+        query waits behind the fetches.
+        """
+        wanted: list[tuple[int, str, TP, int | None]] = []
+        for p in partitions:
+            for step in self.pipeline.stateful_steps():
+                tp = (self.pipeline.changelog_topic(step.name), p)
+                store = self.backend.open(self.pipeline.name, step.name, p)
+                wanted.append((p, step.name, tp, store.changelog_offset()))
+        todo: dict[int, set[TP]] = {p: set() for p in partitions}
+        assign: list[tuple[TP, int | None]] = []
+        for p, store_name, tp, start in wanted:
             end = self.reader.end_offset(tp, 30.0)
             if start is not None and start > end:  # the changelog was recreated: rebuild
-                log.warning("store %s[%d] is ahead of its changelog (%d > %d): rebuilding", step.name,
-                            partition, start, end)
-                store.close()
-                self.backend.drop(self.pipeline.name, step.name, partition)
+                log.warning("store %s[%d] is ahead of its changelog (%d > %d): rebuilding", store_name, p,
+                            start, end)
+                self.backend.open(self.pipeline.name, store_name, p).close()
+                self.backend.drop(self.pipeline.name, store_name, p)
                 start = None
             if (start or 0) >= end:
                 continue
-            log.info("restoring %s[%d] from offset %s to about %d", step.name, partition, start or 0, end)
-            self.stores[tp] = step.name
-            self.reader.add(tp, start)
-            todo.add(tp)
-        if todo:
-            self.pending[partition] = todo
-        else:
-            self.on_restored(partition)
+            log.info("restoring %s[%d] from offset %s to about %d", store_name, p, start or 0, end)
+            self.stores[tp] = store_name
+            assign.append((tp, start))
+            todo[p].add(tp)
+        self.reader.add_all(assign)
+        for p, tps in todo.items():
+            if tps:
+                self.pending[p] = tps
+            else:
+                self.on_restored(p)
 
-    def step(self, max_records: int = 10_000) -> None:
+    def step(self, max_records: int = 2_000) -> None:
         """Apply one batch of changelog records; finish the partitions that reached the end."""
         batch: dict[TP, list[tuple[int, bytes, bytes | None]]] = {}
         finished: list[TP] = []
@@ -72,6 +84,7 @@ class Restorer:
             if tp in self.stores:
                 store = self.backend.open(self.pipeline.name, self.stores[tp], tp[1])
                 self.restored_records += apply_changelog(store, records)
+                crash_point("restore_batch")
         for tp in finished:
             self._finish(tp)
         if time.monotonic() - self._last_report >= _PROGRESS_EVERY_S:

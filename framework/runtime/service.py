@@ -138,8 +138,7 @@ class Service:
         if not numbers:
             return
         self.consumer.pause([tp for tp in tps if tp[1] in numbers])
-        for p in numbers:
-            self.restorer.start(p)
+        self.restorer.start(numbers)
 
     def _restored(self, partition: int) -> None:
         """Called by the restorer when every store of ``partition`` is at the changelog end."""

@@ -3,7 +3,8 @@
 Writes stay in memory as Python objects until the checkpoint's transaction commits; reads
 see their own writes. At a checkpoint the cache hands its changes out as bytes (once, for
 both the changelog and the RocksDB WriteBatch), and is cleared only when the commit
-succeeded (``commit``) or the transaction was aborted (``discard``).
+succeeded (``commit``) or the transaction was aborted (``discard``). A write made after the
+changes were handed out is kept for the next checkpoint, never dropped by the commit.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from framework.state.base import StorePartition
 
 _DELETED = object()
+_MISSING = object()
 _dumps = pickle.dumps
 _loads = pickle.loads
 
@@ -28,23 +30,31 @@ decode_value = _loads
 
 
 class CachedPartition:
-    """One store partition as the operators see it: objects in, objects out."""
+    """One store partition as the operators see it: objects in, objects out.
 
-    __slots__ = ("backend", "_cache", "_pending")
+    ``changes()`` takes the checkpoint's snapshot of the cache: the same bytes go to the
+    changelog and, at ``commit``, to the WriteBatch. A write made after the snapshot was taken
+    is not part of it (it was not in the changelog): it stays cached for the next checkpoint.
+    """
+
+    __slots__ = ("backend", "_cache", "_snapshot", "_pending")
 
     def __init__(self, backend: StorePartition) -> None:
         self.backend = backend
-        self._cache: dict[bytes, Any] = {}
-        self._pending: dict[bytes, bytes | None] | None = None
+        self._cache: dict[bytes, Any] = {}  # writes not yet in a snapshot
+        self._snapshot: dict[bytes, Any] | None = None  # the writes handed out by changes()
+        self._pending: dict[bytes, bytes | None] | None = None  # _snapshot as bytes
 
     def get(self, key: bytes, default: Any = None) -> Any:
-        v = self._cache.get(key, _DELETED)
-        if v is _DELETED:
-            if key in self._cache:
-                return default
-            raw = self.backend.get(key)
-            return default if raw is None else _loads(raw)
-        return v
+        v = self._cache.get(key, _MISSING)
+        if v is _MISSING:
+            snapshot = self._snapshot
+            if snapshot is not None:
+                v = snapshot.get(key, _MISSING)
+            if v is _MISSING:
+                raw = self.backend.get(key)
+                return default if raw is None else _loads(raw)
+        return default if v is _DELETED else v
 
     def put(self, key: bytes, value: Any) -> None:
         self._cache[key] = value
@@ -52,53 +62,64 @@ class CachedPartition:
     def delete(self, key: bytes) -> None:
         self._cache[key] = _DELETED
 
+    def _overlay(self) -> dict[bytes, Any]:
+        snapshot = self._snapshot
+        return {**snapshot, **self._cache} if snapshot else self._cache
+
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, Any]]:
         """Merged view of cache and backend over ``[start, end)``, ascending; the cache wins."""
-        cached = sorted(k for k in self._cache if k >= start and (end is None or k < end))
+        overlay = self._overlay()
+        cached = sorted(k for k in overlay if k >= start and (end is None or k < end))
         ci = 0
         for k, raw in self.backend.iter_range(start, end):
             while ci < len(cached) and cached[ci] < k:
                 ck = cached[ci]
                 ci += 1
-                v = self._cache.get(ck, _DELETED)
+                v = self.get(ck, _DELETED)  # the latest write, even one made while iterating
                 if v is not _DELETED:
                     yield ck, v
             if ci < len(cached) and cached[ci] == k:
                 ci += 1
-                v = self._cache.get(k, _DELETED)
+                v = self.get(k, _DELETED)
                 if v is not _DELETED:
                     yield k, v
                 continue
             yield k, _loads(raw)
         for ck in cached[ci:]:
-            v = self._cache.get(ck, _DELETED)
+            v = self.get(ck, _DELETED)
             if v is not _DELETED:
                 yield ck, v
 
     @property
     def dirty(self) -> bool:
-        return bool(self._cache)
+        return bool(self._cache) or bool(self._snapshot)
 
     def changes(self) -> dict[bytes, bytes | None]:
-        """The cache as bytes (``None`` = delete); computed once per checkpoint."""
+        """The cache as bytes (``None`` = delete); computed once per checkpoint: later calls
+        return the same changes until ``commit`` or ``discard``."""
         if self._pending is None:
+            self._snapshot, self._cache = self._cache, {}
             self._pending = {
-                k: (None if v is _DELETED else _dumps(v, 5)) for k, v in self._cache.items()
+                k: (None if v is _DELETED else _dumps(v, 5)) for k, v in self._snapshot.items()
             }
         return self._pending
 
     def commit(self, changelog_offset: int | None) -> None:
         """After the transaction committed: one WriteBatch of data + changelog offset."""
-        if self._cache or changelog_offset is not None:
-            self.backend.write_batch(self.changes(), changelog_offset)
-        self._cache = {}
+        changes = self.changes()
+        if changes or changelog_offset is not None:
+            self.backend.write_batch(changes, changelog_offset)
+        self._snapshot = None
         self._pending = None
 
     def discard(self) -> None:
         """After an abort: forget every uncommitted write."""
         self._cache = {}
+        self._snapshot = None
         self._pending = None
 
     def size(self) -> int:
         """Committed keys plus cached new keys (approximate)."""
-        return self.backend.approximate_size() + sum(1 for v in self._cache.values() if v is not _DELETED)
+        return self.backend.approximate_size() + sum(
+            1 for v in self._overlay().values() if v is not _DELETED
+        )

@@ -9,6 +9,7 @@ state, a read returns the cached object itself).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
@@ -17,6 +18,10 @@ from framework.state.keys import keyed, prefix_end, split_keyed, state_prefix
 
 T = TypeVar("T")
 _MISSING = object()
+# Defaults of these types are immutable: returned as is. Any other default (a list, a dict, a
+# set, an object) is copied for every key that has no value, or mutating the value read for
+# one key would change the default, and so the value, of every other key.
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, frozenset, range)
 
 
 class KeyScope:
@@ -31,13 +36,17 @@ class KeyScope:
 class ValueState(Generic[T]):
     """One value per key."""
 
-    __slots__ = ("_store", "_scope", "_prefix", "_default")
+    __slots__ = ("_store", "_scope", "_prefix", "_default", "_copy_default")
 
     def __init__(self, store: CachedPartition, scope: KeyScope, name: str, default: Any = None) -> None:
         self._store, self._scope, self._prefix, self._default = store, scope, state_prefix(name), default
+        self._copy_default = not isinstance(default, _IMMUTABLE)
 
     def get(self) -> T:
-        return self._store.get(keyed(self._prefix, self._scope.key), self._default)
+        value = self._store.get(keyed(self._prefix, self._scope.key), _MISSING)
+        if value is _MISSING:
+            return copy.deepcopy(self._default) if self._copy_default else self._default
+        return value
 
     def set(self, value: T) -> None:
         self._store.put(keyed(self._prefix, self._scope.key), value)

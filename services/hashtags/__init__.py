@@ -1,0 +1,1 @@
+"""The hashtags service: running count of every hashtag seen in ``tweets``."""

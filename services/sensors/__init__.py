@@ -1,0 +1,1 @@
+"""The sensors service: rolling mean temperature and rise alerts per sensor."""

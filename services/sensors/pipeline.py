@@ -1,0 +1,63 @@
+"""Sensor monitoring: keyed state with a rolling aggregate and a process function.
+
+Reads ``readings`` (Avro ``sensor.Reading``: ``id``, ``timestamp``, ``temperature``),
+re-keys them by sensor id through the ``by-sensor`` repartition topic, and from there:
+
+- ``mean-temperature``: the rolling mean temperature per sensor, emitted after every
+  reading to ``sensor-means`` (key: the sensor id, value: the mean as a JSON number);
+- ``alerts``: the ``Alerts`` process function keeps each sensor's previous temperature
+  in value state and emits an alert to ``sensor-alerts`` when a reading is more than
+  ``RISE_C`` degrees above the previous one.
+
+``build_pipeline(suffix)`` builds the same pipeline with the suffix appended to the
+service name and every topic name (the demo uses a fresh suffix per run); ``pipeline``
+is the deployed service. Run it with ``fw run services.sensors.pipeline:pipeline``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from framework.pipeline import Pipeline, ProcessFunction, Topic
+from framework.serde import AvroSerde, StringSerde, load_schema
+
+if TYPE_CHECKING:
+    from framework.operators.process import ProcessContext
+
+RISE_C = 5.0  # an alert when a reading exceeds the sensor's previous one by more than this
+
+
+class Alerts(ProcessFunction):
+    """Per sensor: an alert when the temperature rose more than ``RISE_C`` since the
+    previous reading."""
+
+    def open(self, ctx: ProcessContext) -> None:
+        self.previous = ctx.value_state("previous")  # the sensor's last temperature
+
+    def process(self, key: Any, value: Any, ctx: ProcessContext) -> None:
+        temperature = value["temperature"]
+        previous = self.previous.get()
+        if previous is not None and temperature - previous > RISE_C:
+            ctx.emit({
+                "id": key,
+                "timestamp": value["timestamp"],
+                "previous": previous,
+                "temperature": temperature,
+                "rise": round(temperature - previous, 3),
+            })
+        self.previous.set(temperature)
+
+
+def build_pipeline(suffix: str = "") -> Pipeline:
+    """The sensors pipeline; ``suffix`` is appended to the service and topic names."""
+    p = Pipeline(f"sensors{suffix}")
+    readings = p.source(Topic(f"readings{suffix}", key_serde=StringSerde(),
+                              value_serde=AvroSerde(load_schema("sensor.Reading"))))
+    by_sensor = readings.key_by(lambda r: r["id"], name="by-sensor")
+    means = by_sensor.mean(lambda r: r["temperature"], name="mean-temperature")
+    means.to(Topic(f"sensor-means{suffix}"))
+    by_sensor.process(Alerts(), name="alerts").to(Topic(f"sensor-alerts{suffix}"))
+    return p
+
+
+pipeline = build_pipeline()

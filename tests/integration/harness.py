@@ -1,0 +1,161 @@
+"""Run services as real OS processes, kill them, and read what they committed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Record:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+class ServiceProcess:
+    """One `fw run` group member; its output goes to a log file under ``workdir``."""
+
+    def __init__(self, target: str, workdir: Path, instance: str, env: dict[str, str]) -> None:
+        self.target, self.instance, self.env = target, instance, env
+        self.state_dir = workdir / f"state-{instance}"
+        self.log_path = workdir / f"service-{instance}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, extra_env: dict[str, str] | None = None) -> ServiceProcess:
+        env = {**os.environ, **self.env, "FW_STATE_DIR": str(self.state_dir), **(extra_env or {})}
+        env["PYTHONPATH"] = str(ROOT)
+        log = open(self.log_path, "ab")
+        log.write(f"---- start {self.starts} {extra_env or ''}\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "framework.cli", "run", self.target, "--instance-id", self.instance],
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+        )
+        self.starts += 1
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self, timeout_s: float = 60) -> int:
+        """SIGTERM and wait: the service takes a final checkpoint and leaves the group."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def wait_exit(self, timeout_s: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout_s)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> int:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                         "partitioner": "murmur2_random"})
+    n = 0
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        n += 1
+        if n % 5000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    return n
+
+
+def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Record]:
+    """Every record of ``topic`` visible at ``isolation``, up to the end of each partition."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    partitions = len(md.topics[topic].partitions)
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"reader-{time.time_ns()}", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True,
+    })
+    consumer.subscribe([topic])
+    out: list[Record] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 60
+    while len(at_end) < partitions:
+        assert time.monotonic() < deadline, f"reading {topic} did not reach the end"
+        for msg in consumer.consume(10_000, 1.0):
+            err = msg.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            out.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
+                              {k: v for k, v in (msg.headers() or [])}))
+    consumer.close()
+    return out
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
+               on_timeout: Callable[[], str] = lambda: "") -> None:
+    """Poll ``condition`` (a real observation, e.g. committed output) until true."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{on_timeout()}")
+        time.sleep(0.5)
+
+
+class Tail:
+    """A read_committed reader that accumulates a topic's records as they become visible."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.records: list[Record] = []
+        self._c = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"tail-{time.time_ns()}", "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+        })
+        self._c.subscribe([topic])
+
+    def drain(self) -> int:
+        """Read what is visible now; return the total count."""
+        while True:
+            msgs = self._c.consume(10_000, 0.5)
+            for msg in msgs:
+                if msg.error() is None:
+                    self.records.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                               {k: v for k, v in (msg.headers() or [])}))
+            if not msgs:
+                return len(self.records)
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def values(records: list[Record]) -> list[Any]:
+    return [json.loads(r.value) for r in records if r.value is not None]

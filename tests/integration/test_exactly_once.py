@@ -1,0 +1,136 @@
+"""Exactly-once under SIGKILL: crashes at exact checkpoint and restore steps and at random
+moments, with one process and with two (one killed repeatedly). A read_committed consumer
+must see every expected output exactly once, and the final state must equal a run without
+crashes."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import time
+
+import pytest
+
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+
+from tests.integration.harness import ServiceProcess, Tail, produce, read_topic, wait_until
+from tests.integration.pipelines import parity
+
+N = 100_000
+KEYS = 1_000
+TARGET = "tests.integration.pipelines:even_odd"
+
+
+def _inputs(lo: int, hi: int) -> list[tuple[bytes, bytes]]:
+    return [(str(n % KEYS).encode(), str(n).encode()) for n in range(lo, hi)]
+
+
+# The input arrives in chunks, one before each phase, so every phase has work to crash in.
+CHUNKS = [(1, 40_001), (40_001, 60_001), (60_001, 80_001), (80_001, N + 1)]
+
+
+def _env(bootstrap: str, suffix: str, guarantee: str) -> dict[str, str]:
+    return {
+        "FW_BOOTSTRAP_SERVERS": bootstrap,
+        "FW_TEST_SUFFIX": suffix,
+        "FW_GUARANTEE": guarantee,
+        "FW_PROCESSING__CHECKPOINT_INTERVAL_MS": "200",
+        "FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS": "6000",
+        "FW_PROCESSING__CONSUME_BATCH_SIZE": "2000",
+    }
+
+
+class Outputs:
+    def __init__(self, bootstrap: str, suffix: str) -> None:
+        self.seen = Tail(bootstrap, f"seen-{suffix}")
+        self.counts = Tail(bootstrap, f"counts-{suffix}")
+        self.sums = Tail(bootstrap, f"sums-{suffix}")
+
+    def drain(self) -> tuple[int, int, int]:
+        return self.seen.drain(), self.counts.drain(), self.sums.drain()
+
+    def complete(self) -> bool:
+        return min(self.drain()) >= N
+
+
+def _check_exactly_once(out: Outputs) -> None:
+    out.drain()
+    seen = [int(json.loads(r.value)) for r in out.seen.records]
+    assert sorted(seen) == list(range(1, N + 1)), "every input exactly once in the echo"
+    per_key: dict[bytes, list[int]] = {}
+    for r in sorted(out.counts.records, key=lambda r: (r.partition, r.offset)):
+        per_key.setdefault(r.key, []).append(json.loads(r.value))
+    expected_counts = Counter(str(n % KEYS).encode() for n in range(1, N + 1))
+    assert {k: len(v) for k, v in per_key.items()} == dict(expected_counts)
+    for key, counts in per_key.items():
+        assert counts == list(range(1, expected_counts[key] + 1)), f"count outputs of key {key!r}"
+    for p in ("even", "odd"):
+        sums = [json.loads(r.value) for r in sorted(out.sums.records, key=lambda r: r.offset)
+                if r.key == p.encode()]
+        steps = sorted(b - a for a, b in zip([0, *sums], sums))
+        assert steps == [n for n in range(1, N + 1) if parity(n) == p], f"{p} sums add each number once"
+
+
+def _check_final_state(bootstrap: str, suffix: str) -> None:
+    """The compacted changelogs hold the state of a crash-free run."""
+    import pickle
+
+    from framework.state.keys import split_keyed, state_prefix
+
+    def state(store: str) -> dict[str, object]:
+        last: dict[bytes, bytes | None] = {}
+        for r in read_topic(bootstrap, f"eo-{suffix}-{store}-changelog"):
+            last[r.key] = r.value
+        return {split_keyed(state_prefix("acc"), k)[0].decode(): pickle.loads(v)
+                for k, v in last.items() if v is not None}
+
+    assert state("sums") == {'"even"': sum(range(2, N + 1, 2)), '"odd"': sum(range(1, N + 1, 2))}
+    expected = Counter(str(n % KEYS) for n in range(1, N + 1))
+    assert state("counts") == dict(expected)
+
+
+def _create_input(bootstrap: str, suffix: str) -> None:
+    """The input topic: numbers in 4 partitions, keyed by n % KEYS."""
+    ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec(f"numbers-{suffix}", 4)])
+
+
+def _feed(bootstrap: str, suffix: str, chunk: int) -> None:
+    produce(bootstrap, f"numbers-{suffix}", _inputs(*CHUNKS[chunk]))
+
+
+CRASH_POINTS = ["after_changelogs:3", "after_flush:2", "after_commit:4", "after_state_write:2"]
+
+
+@pytest.mark.chaos
+def test_exactly_once_one_process_killed_at_checkpoint_steps_restore_and_random(
+        kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
+    rng = random.Random(unique)
+    _create_input(kafka_bootstrap, unique)
+    svc = ServiceProcess(TARGET, tmp_path, "0", _env(kafka_bootstrap, unique, "exactly_once"))
+    out = Outputs(kafka_bootstrap, unique)
+
+    _feed(kafka_bootstrap, unique, 0)
+    for point in CRASH_POINTS:  # a SIGKILL at an exact step of a checkpoint
+        svc.start({"FW_CRASH_POINT": point})
+        assert svc.wait_exit(120) == -9, f"crash point {point} not reached:\n{svc.log_text()[-3000:]}"
+    _feed(kafka_bootstrap, unique, 1)
+    shutil.rmtree(svc.state_dir)  # a lost disk: the next start restores from the changelogs ...
+    svc.start({"FW_CRASH_POINT": "restore_batch:2"})  # ... and is killed in the middle of it
+    assert svc.wait_exit(120) == -9, f"restore crash point not reached:\n{svc.log_text()[-3000:]}"
+    for chunk in (2, 3):  # SIGKILL at random moments while processing
+        _feed(kafka_bootstrap, unique, chunk)
+        svc.start()
+        progress = sum(out.drain())
+        wait_until(lambda: sum(out.drain()) > progress, 120, "progress before a random kill", svc.log_text)
+        time.sleep(rng.uniform(0.0, 1.0))  # the kill's moment is random; no result depends on it
+        svc.kill()
+    svc.start()
+    wait_until(out.complete, 300, "all outputs", lambda: f"{out.drain()}\n{svc.log_text()[-3000:]}")
+    assert svc.stop() == 0
+    assert svc.starts == len(CRASH_POINTS) + 4
+    _check_exactly_once(out)
+    _check_final_state(kafka_bootstrap, unique)

@@ -1,0 +1,190 @@
+"""The service pipelines in services/ through the TestDriver: results equal a direct computation."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from statistics import fmean
+from typing import Any
+
+import pytest
+
+from framework.testing import TestDriver, TestRecord
+from services.even_odd.pipeline import pipeline as even_odd
+from services.hashtags.pipeline import hashtags as extract_hashtags
+from services.hashtags.pipeline import pipeline as hashtags
+from services.sensors.pipeline import RISE_C, build_pipeline
+from services.sensors.pipeline import pipeline as sensors
+
+
+def _by_key(records: list[TestRecord]) -> dict[Any, list[Any]]:
+    """Output values per key, in output order (a key's records stay in order)."""
+    out: dict[Any, list[Any]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        out[r.key].append(r.value)
+    return dict(out)
+
+
+def _prefix_sums(xs: list[float]) -> list[float]:
+    sums, total = [], 0
+    for x in xs:
+        total += x
+        sums.append(total)
+    return sums
+
+
+# -- even_odd ------------------------------------------------------------------------------
+
+
+def _numbers(n: int, seed: int = 1) -> list[tuple[str, int]]:
+    rng = random.Random(seed)
+    return [(f"k{rng.randrange(5)}", rng.randrange(-1000, 1000)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_even_odd_sums_and_counts_equal_a_direct_computation(partitions: int) -> None:
+    records = _numbers(500)
+    driver = TestDriver(even_odd, partitions=partitions)
+    for ts, (key, n) in enumerate(records):
+        driver.pipe("numbers", {"n": n}, key=key, timestamp=ts)
+
+    sums = _by_key(driver.output("even-odd-sums"))
+    for parity, wanted in (("even", 0), ("odd", 1)):
+        ns = [n for _, n in records if n % 2 == wanted]
+        assert sums[parity] == _prefix_sums(ns)  # every running sum, in order
+    assert set(sums) == {"even", "odd"}
+
+    counts = _by_key(driver.output("number-counts"))
+    expected = Counter(k for k, _ in records)
+    assert {k: v[-1] for k, v in counts.items()} == dict(expected)
+    assert all(v == list(range(1, len(v) + 1)) for v in counts.values())
+    assert driver.state("sums", "even") == sum(n for _, n in records if n % 2 == 0)
+    assert driver.dead_letters() == []
+
+
+def test_even_odd_recovers_exactly_once_after_a_crash() -> None:
+    records = _numbers(300, seed=2)
+    driver = TestDriver(even_odd, partitions=2, auto_checkpoint=False)
+    for i, (key, n) in enumerate(records):
+        driver.pipe("numbers", {"n": n}, key=key, timestamp=i)
+        if i % 50 == 49:
+            driver.checkpoint()
+        if i in (120, 275):  # lose everything since the last checkpoint, then re-process it
+            driver.crash()
+    driver.run()
+    driver.checkpoint()
+    driver.run()
+    driver.checkpoint()
+
+    sums = {k: v[-1] for k, v in _by_key(driver.output("even-odd-sums")).items()}
+    assert sums == {
+        "even": sum(n for _, n in records if n % 2 == 0),
+        "odd": sum(n for _, n in records if n % 2 == 1),
+    }
+    assert len(driver.output("even-odd-sums")) == len(records)  # no duplicate outputs
+    counts = {k: v[-1] for k, v in _by_key(driver.output("number-counts")).items()}
+    assert counts == dict(Counter(k for k, _ in records))
+
+
+def test_even_odd_sends_an_undecodable_number_to_the_dead_letter_topic() -> None:
+    driver = TestDriver(even_odd)
+    driver.pipe("numbers", {"n": 4}, key="a")
+    driver.pipe_raw("numbers", b"\xff", key=b"a")  # not a valid Avro long
+    driver.pipe("numbers", {"n": 6}, key="a")
+    assert driver.values("even-odd-sums") == [4, 10]
+    assert len(driver.dead_letters()) == 1
+
+
+# -- hashtags ------------------------------------------------------------------------------
+
+
+def test_hashtag_extraction() -> None:
+    assert extract_hashtags({"text": "Go #Kafka, go #kafka! #Flink # and#not #x."}) == [
+        "#kafka", "#kafka", "#flink", "#x"]
+    assert extract_hashtags({"text": ""}) == []
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_hashtag_counts_equal_a_counter(partitions: int) -> None:
+    rng = random.Random(3)
+    tags = ["#kafka", "#Flink", "#python", "#STREAMS", "#rocksdb"]
+    words = ["hello", "world", "state", "exactly", "once"]
+    tweets = [
+        {"text": " ".join(rng.choice(tags + words) for _ in range(rng.randrange(0, 8)))}
+        for _ in range(400)
+    ]
+    driver = TestDriver(hashtags, partitions=partitions)
+    for i, tweet in enumerate(tweets):
+        driver.pipe("tweets", tweet, timestamp=i)
+
+    expected = Counter(w.lower() for t in tweets for w in t["text"].split() if w.startswith("#"))
+    counts = _by_key(driver.output("hashtag-counts"))
+    assert {k: v[-1] for k, v in counts.items()} == dict(expected)
+    assert all(v == list(range(1, len(v) + 1)) for v in counts.values())
+
+
+# -- sensors -------------------------------------------------------------------------------
+
+
+def _reading(sensor: str, ts: int, temperature: float) -> dict[str, Any]:
+    return {"id": sensor, "timestamp": ts, "temperature": temperature}
+
+
+def test_sensor_mean_and_alerts_on_a_small_example() -> None:
+    driver = TestDriver(sensors)
+    for r in [
+        _reading("a", 1, 20.0),
+        _reading("b", 2, 30.0),
+        _reading("a", 3, 25.5),   # +5.5: alert
+        _reading("a", 4, 30.5),   # +5.0: not more than 5, no alert
+        _reading("b", 5, 24.0),
+        _reading("b", 6, 29.5),   # +5.5: alert
+        _reading("a", 7, 10.0),
+    ]:
+        driver.pipe("readings", r, key=r["id"], timestamp=r["timestamp"])
+
+    means = _by_key(driver.output("sensor-means"))
+    assert means["a"] == pytest.approx([20.0, 22.75, 76 / 3, 86 / 4])
+    assert means["b"] == pytest.approx([30.0, 27.0, 83.5 / 3])
+    alerts = driver.output("sensor-alerts")
+    assert [(a.key, a.timestamp) for a in alerts] == [("a", 3), ("b", 6)]
+    assert alerts[0].value == {"id": "a", "timestamp": 3, "previous": 20.0, "temperature": 25.5,
+                               "rise": 5.5}
+    assert driver.state("alerts", "a", state="previous") == 10.0
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_sensor_means_and_alerts_equal_a_direct_computation(partitions: int) -> None:
+    rng = random.Random(4)
+    readings = []
+    for i in range(2000):
+        sensor = f"sensor-{rng.randrange(6)}"
+        temperature = round(rng.gauss(20, 4), 2)
+        readings.append(_reading(sensor, 1_700_000_000_000 + i, temperature))
+    suffix = "-t"
+    driver = TestDriver(build_pipeline(suffix), partitions=partitions)
+    for r in readings:
+        driver.pipe(f"readings{suffix}", r, key=r["id"], timestamp=r["timestamp"])
+
+    per_sensor: dict[str, list[float]] = defaultdict(list)
+    expected_alerts = []
+    for r in readings:
+        temps = per_sensor[r["id"]]
+        if temps and r["temperature"] - temps[-1] > RISE_C:
+            expected_alerts.append((r["id"], r["timestamp"], temps[-1], r["temperature"]))
+        temps.append(r["temperature"])
+
+    means = _by_key(driver.output(f"sensor-means{suffix}"))
+    assert set(means) == set(per_sensor)
+    for sensor, temps in per_sensor.items():
+        assert len(means[sensor]) == len(temps)
+        assert means[sensor][-1] == pytest.approx(fmean(temps))
+        running = [s / (i + 1) for i, s in enumerate(_prefix_sums(temps))]
+        assert means[sensor] == pytest.approx(running)
+
+    alerts = sorted(
+        (a.value["id"], a.value["timestamp"], a.value["previous"], a.value["temperature"])
+        for a in driver.output(f"sensor-alerts{suffix}")
+    )
+    assert alerts == sorted(expected_alerts)
+    assert expected_alerts  # the data does contain rises
