@@ -98,8 +98,13 @@ def _create_input(bootstrap: str, suffix: str) -> None:
     ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec(f"numbers-{suffix}", 4)])
 
 
-def _feed(bootstrap: str, suffix: str, chunk: int) -> None:
-    produce(bootstrap, f"numbers-{suffix}", _inputs(*CHUNKS[chunk]))
+def _feed(bootstrap: str, suffix: str, chunk: int, chunks: list[tuple[int, int]] = CHUNKS) -> None:
+    produce(bootstrap, f"numbers-{suffix}", _inputs(*chunks[chunk]))
+
+
+def _even_chunks(k: int) -> list[tuple[int, int]]:
+    bounds = [1 + N * i // k for i in range(k)] + [N + 1]
+    return list(zip(bounds, bounds[1:]))
 
 
 CRASH_POINTS = ["after_changelogs:3", "after_flush:2", "after_commit:4", "after_state_write:2"]
@@ -132,5 +137,60 @@ def test_exactly_once_one_process_killed_at_checkpoint_steps_restore_and_random(
     wait_until(out.complete, 300, "all outputs", lambda: f"{out.drain()}\n{svc.log_text()[-3000:]}")
     assert svc.stop() == 0
     assert svc.starts == len(CRASH_POINTS) + 4
+    _check_exactly_once(out)
+    _check_final_state(kafka_bootstrap, unique)
+
+
+@pytest.mark.chaos
+def test_exactly_once_two_processes_one_killed_repeatedly(kafka_bootstrap: str, unique: str,
+                                                         tmp_path: Path) -> None:
+    rng = random.Random(unique)
+    _create_input(kafka_bootstrap, unique)
+    env = _env(kafka_bootstrap, unique, "exactly_once")
+    stable = ServiceProcess(TARGET, tmp_path, "0", env).start()
+    victim = ServiceProcess(TARGET, tmp_path, "1", env)
+    out = Outputs(kafka_bootstrap, unique)
+    chunks = _even_chunks(6)
+    for chunk in range(5):  # five kills, each with fresh input to crash in
+        progress = sum(out.drain())
+        _feed(kafka_bootstrap, unique, chunk, chunks)
+        victim.start()
+        wait_until(lambda: sum(out.drain()) > progress, 120, "progress with both processes", victim.log_text)
+        time.sleep(rng.uniform(0.0, 1.0))  # the kill's moment is random; no result depends on it
+        victim.kill()
+    _feed(kafka_bootstrap, unique, 5, chunks)
+    victim.start()
+    wait_until(out.complete, 300, "all outputs", lambda: f"{out.drain()}\n{stable.log_text()[-3000:]}")
+    assert stable.stop() == 0 and victim.stop() == 0
+    assert stable.starts == 1
+    _check_exactly_once(out)
+    _check_final_state(kafka_bootstrap, unique)
+
+
+@pytest.mark.chaos
+def test_rebalance_state_follows_partitions(kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
+    """1 process, then a 2nd and a 3rd join, then two leave (SIGTERM): state moves with its
+    partitions through the changelogs, and outputs stay exactly once."""
+    _create_input(kafka_bootstrap, unique)
+    env = _env(kafka_bootstrap, unique, "exactly_once")
+    procs = [ServiceProcess(TARGET, tmp_path, str(i), env) for i in range(3)]
+    out = Outputs(kafka_bootstrap, unique)
+
+    def phase(chunk: int, what: str) -> None:
+        progress = sum(out.drain())
+        _feed(kafka_bootstrap, unique, chunk)
+        wait_until(lambda: sum(out.drain()) > progress, 120, what, procs[0].log_text)
+
+    procs[0].start()
+    phase(0, "progress with one process")
+    procs[1].start()
+    phase(1, "progress after the second joined")
+    procs[2].start()
+    phase(2, "progress after the third joined")
+    assert procs[0].stop() == 0 and procs[1].stop() == 0
+    phase(3, "progress after two left")
+    wait_until(out.complete, 300, "all outputs", lambda: f"{out.drain()}\n{procs[2].log_text()[-3000:]}")
+    assert procs[2].stop() == 0
+    assert "restored and running" in procs[2].log_text()
     _check_exactly_once(out)
     _check_final_state(kafka_bootstrap, unique)
