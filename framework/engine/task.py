@@ -90,8 +90,8 @@ class Task:
             except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's fault
                 raise DeserializationError(
                     f"cannot decode the record: {type(exc).__name__}: {exc}", ctx.coordinates(), step,
-                    fix="check the producer's serializer against the source topic's serdes; the "
-                        "record is in the dead-letter topic",
+                    fix="check the producer's serializer against the source topic's serdes (with "
+                        "on_error=dead_letter the record goes to the dead-letter topic)",
                 ) from exc
             down(k, v, msg.timestamp()[1])
 

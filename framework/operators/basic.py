@@ -20,7 +20,8 @@ def user_error(step: str, exc: BaseException) -> RecordError:
     if isinstance(exc, RecordError):
         return exc
     return ProcessingError(f"{type(exc).__name__}: {exc}", None, step,
-                           fix="fix the step's function or the input; the record is in the dead-letter topic")
+                           fix="fix the step's function or the input (with on_error=dead_letter the "
+                               "record goes to the dead-letter topic)")
 
 
 def build_map(step: S.Map, ctx: TaskContext, down: S.Push) -> S.Push:

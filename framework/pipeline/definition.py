@@ -65,7 +65,7 @@ class Pipeline:
         return Stream(self, step.name, t.key_serde)
 
     def _name(self, given: str | None, kind: str) -> str:
-        name = given or f"{kind}-{len(self.steps)}"
+        name = f"{kind}-{len(self.steps)}" if given is None else given
         if not _NAME.match(name):
             raise PipelineError(f"invalid step name {name!r}: use letters, digits, '.', '_', '-'")
         if name in self.steps:

@@ -140,6 +140,18 @@ class Checkpointer:
         self.dirty = False
         self._begin()
 
+    def abandon(self) -> None:
+        """The process is stopping on an error: abort the interval and commit nothing more."""
+        if self.svc.exactly_once:
+            try:
+                self.svc.output.abort(_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - stopping anyway; the broker aborts on timeout
+                log.warning("abort on failure: %s", exc)
+        for task in self.svc.tasks.values():
+            task.discard_state()
+        self.dirty = False
+        self.next_due = float("inf")
+
     def _begin(self) -> None:
         if self.svc.exactly_once:
             self.svc.output.begin()

@@ -73,6 +73,11 @@ class Service:
         try:
             self._loop(until)
             self.checkpointer.checkpoint("shutdown")
+        except BaseException:
+            # Nothing of the failed interval may commit: not its outputs, and not the
+            # positions past the record that failed (leaving the group would otherwise commit).
+            self.checkpointer.abandon()
+            raise
         finally:
             self._shutdown()
 
