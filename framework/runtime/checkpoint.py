@@ -30,14 +30,14 @@ if TYPE_CHECKING:
     from framework.runtime.service import Service
 
 log = logging.getLogger("framework.checkpoint")
-_TIMEOUT_S = 30.0
 _RETRIES = 5
 
 
 class Checkpointer:
-    def __init__(self, service: Service, interval_s: float) -> None:
+    def __init__(self, service: Service, interval_s: float, timeout_s: float) -> None:
         self.svc = service
         self.interval_s = interval_s
+        self.timeout_s = timeout_s  # bounds every transactional call, so a revoke ends in time
         self.next_due = 0.0
         self.dirty = False
         self.completed = 0
@@ -47,7 +47,7 @@ class Checkpointer:
 
     def start(self) -> None:
         if self.svc.exactly_once:
-            self.svc.output.init_transactions(_TIMEOUT_S)
+            self.svc.output.init_transactions(self.timeout_s)
             self.svc.output.begin()
         self.next_due = time.monotonic() + self.interval_s
 
@@ -63,13 +63,13 @@ class Checkpointer:
         try:
             changelog_records = self._produce_changelogs()                # 1
             crash_point("after_changelogs")
-            self._call(lambda: self.svc.output.flush(_TIMEOUT_S))          # 2
+            self._call(lambda: self.svc.output.flush(self.timeout_s))          # 2
             crash_point("after_flush")
             positions = self._positions()
             if self.svc.exactly_once:
                 metadata = self.svc.consumer.group_metadata()
-                self._call(lambda: self.svc.output.send_offsets(positions, metadata, _TIMEOUT_S))  # 3
-                self._call(lambda: self.svc.output.commit(_TIMEOUT_S))     # 4
+                self._call(lambda: self.svc.output.send_offsets(positions, metadata, self.timeout_s))  # 3
+                self._call(lambda: self.svc.output.commit(self.timeout_s))     # 4
             else:
                 self._call(lambda: self.svc.consumer.commit(positions))
             crash_point("after_commit")
@@ -129,13 +129,13 @@ class Checkpointer:
         log.warning("aborting the checkpoint interval%s", f": {why}" if why else "")
         if svc.exactly_once:
             try:
-                svc.output.abort(_TIMEOUT_S)
+                svc.output.abort(self.timeout_s)
             except Exception as exc:  # noqa: BLE001
                 if classify(exc) == "fatal":
                     raise FatalKafkaError(f"abort_transaction failed: {exc}") from exc
         for task in svc.tasks.values():
             task.discard_state()
-        svc.consumer.rewind_to_committed(list(svc.routes), _TIMEOUT_S)
+        svc.consumer.rewind_to_committed(list(svc.routes), self.timeout_s)
         self.aborted += 1
         self.dirty = False
         self._begin()
@@ -144,7 +144,7 @@ class Checkpointer:
         """The process is stopping on an error: abort the interval and commit nothing more."""
         if self.svc.exactly_once:
             try:
-                self.svc.output.abort(_TIMEOUT_S)
+                self.svc.output.abort(self.timeout_s)
             except Exception as exc:  # noqa: BLE001 - stopping anyway; the broker aborts on timeout
                 log.warning("abort on failure: %s", exc)
         for task in self.svc.tasks.values():

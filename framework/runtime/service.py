@@ -65,7 +65,8 @@ class Service:
         self.consumer = GroupConsumer({**settings, **cfg.kafka.consumer}, self.pipeline.name)
         self.restorer = Restorer(self.pipeline, ChangelogReader(settings, f"{self.pipeline.name}-restore"),
                                  self.backend, self._restored)
-        self.checkpointer = Checkpointer(self, cfg.processing.checkpoint_interval_ms / 1000)
+        self.checkpointer = Checkpointer(self, cfg.processing.checkpoint_interval_ms / 1000,
+                                         cfg.processing.revoke_timeout_ms / 1000)
         log.info("service %s instance %s starting: %s, inputs %s, config %s", self.pipeline.name,
                  self.instance_id, cfg.processing.guarantee.value, self.inputs, cfg.redacted())
         self.checkpointer.start()
