@@ -31,8 +31,10 @@ class Record:
 class ServiceProcess:
     """One `fw run` group member; its output goes to a log file under ``workdir``."""
 
-    def __init__(self, target: str, workdir: Path, instance: str, env: dict[str, str]) -> None:
+    def __init__(self, target: str, workdir: Path, instance: str, env: dict[str, str],
+                 args: list[str] | None = None) -> None:
         self.target, self.instance, self.env = target, instance, env
+        self.args = ["--instance-id", instance] if args is None else args
         self.state_dir = workdir / f"state-{instance}"
         self.log_path = workdir / f"service-{instance}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -45,7 +47,7 @@ class ServiceProcess:
         log.write(f"---- start {self.starts} {extra_env or ''}\n".encode())
         log.flush()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "framework.cli", "run", self.target, "--instance-id", self.instance],
+            [sys.executable, "-m", "framework.cli", "run", self.target, *self.args],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
         )
         self.starts += 1

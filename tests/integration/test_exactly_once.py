@@ -194,3 +194,23 @@ def test_rebalance_state_follows_partitions(kafka_bootstrap: str, unique: str, t
     assert "restored and running" in procs[2].log_text()
     _check_exactly_once(out)
     _check_final_state(kafka_bootstrap, unique)
+
+
+def test_processes_option_runs_group_members_and_stops_cleanly(kafka_bootstrap: str, unique: str,
+                                                               tmp_path: Path) -> None:
+    """`fw run --processes 2`: two members share the partitions; SIGTERM to the parent stops
+    both with a final checkpoint; outputs are exactly once."""
+    _create_input(kafka_bootstrap, unique)
+    svc = ServiceProcess(TARGET, tmp_path, "supervisor", _env(kafka_bootstrap, unique, "exactly_once"),
+                         args=["--processes", "2"])
+    out = Outputs(kafka_bootstrap, unique)
+    for chunk in range(len(CHUNKS)):
+        _feed(kafka_bootstrap, unique, chunk)
+    svc.start()
+    wait_until(out.complete, 300, "all outputs", lambda: f"{out.drain()}\n{svc.log_text()[-3000:]}")
+    assert svc.stop() == 0
+    log = svc.log_text()
+    assert "instance 0 starting" in log and "instance 1 starting" in log
+    assert "instance 0 stopped" in log and "instance 1 stopped" in log
+    _check_exactly_once(out)
+    _check_final_state(kafka_bootstrap, unique)
