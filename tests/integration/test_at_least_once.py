@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.harness import ServiceProcess, wait_until
 from tests.integration.test_exactly_once import (
-    CRASH_POINTS, KEYS, N, TARGET, Outputs, _create_input, _env, _feed,
+    CRASH_POINTS, CRASH_RUN_ENV, KEYS, N, TARGET, Outputs, _create_input, _env, _even_chunks, _feed,
 )
 
 
@@ -19,12 +19,12 @@ def test_at_least_once_loses_nothing_under_crashes(kafka_bootstrap: str, unique:
     _create_input(kafka_bootstrap, unique)
     svc = ServiceProcess(TARGET, tmp_path, "0", _env(kafka_bootstrap, unique, "at_least_once"))
     out = Outputs(kafka_bootstrap, unique)
-    _feed(kafka_bootstrap, unique, 0)
-    for point in CRASH_POINTS:
-        svc.start({"FW_CRASH_POINT": point})
+    chunks = _even_chunks(len(CRASH_POINTS) + 1)  # fresh input before every crash run
+    for i, point in enumerate(CRASH_POINTS):
+        _feed(kafka_bootstrap, unique, i, chunks)
+        svc.start(CRASH_RUN_ENV | {"FW_CRASH_POINT": point})
         assert svc.wait_exit(120) == -9, f"crash point {point} not reached:\n{svc.log_text()[-3000:]}"
-    for chunk in (1, 2, 3):
-        _feed(kafka_bootstrap, unique, chunk)
+    _feed(kafka_bootstrap, unique, len(CRASH_POINTS), chunks)
     svc.start()
     expected = Counter(str(n % KEYS).encode() for n in range(1, N + 1))
 

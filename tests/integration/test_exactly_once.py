@@ -107,6 +107,8 @@ def _even_chunks(k: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
+# Crash runs checkpoint every 20 ms, so the n-th checkpoint comes long before their input ends.
+CRASH_RUN_ENV = {"FW_PROCESSING__CHECKPOINT_INTERVAL_MS": "20"}
 CRASH_POINTS = ["after_changelogs:3", "after_flush:2", "after_commit:4", "after_state_write:2"]
 
 
@@ -118,21 +120,23 @@ def test_exactly_once_one_process_killed_at_checkpoint_steps_restore_and_random(
     svc = ServiceProcess(TARGET, tmp_path, "0", _env(kafka_bootstrap, unique, "exactly_once"))
     out = Outputs(kafka_bootstrap, unique)
 
-    _feed(kafka_bootstrap, unique, 0)
-    for point in CRASH_POINTS:  # a SIGKILL at an exact step of a checkpoint
-        svc.start({"FW_CRASH_POINT": point})
+    chunks = _even_chunks(8)  # fresh input before every run, so each has work to crash in
+    for i, point in enumerate(CRASH_POINTS):  # a SIGKILL at an exact step of a checkpoint
+        _feed(kafka_bootstrap, unique, i, chunks)
+        svc.start(CRASH_RUN_ENV | {"FW_CRASH_POINT": point})
         assert svc.wait_exit(120) == -9, f"crash point {point} not reached:\n{svc.log_text()[-3000:]}"
-    _feed(kafka_bootstrap, unique, 1)
+    _feed(kafka_bootstrap, unique, 4, chunks)
     shutil.rmtree(svc.state_dir)  # a lost disk: the next start restores from the changelogs ...
     svc.start({"FW_CRASH_POINT": "restore_batch:2"})  # ... and is killed in the middle of it
     assert svc.wait_exit(120) == -9, f"restore crash point not reached:\n{svc.log_text()[-3000:]}"
-    for chunk in (2, 3):  # SIGKILL at random moments while processing
-        _feed(kafka_bootstrap, unique, chunk)
+    for chunk in (5, 6):  # SIGKILL at random moments while processing
+        _feed(kafka_bootstrap, unique, chunk, chunks)
         svc.start()
         progress = sum(out.drain())
         wait_until(lambda: sum(out.drain()) > progress, 120, "progress before a random kill", svc.log_text)
         time.sleep(rng.uniform(0.0, 1.0))  # the kill's moment is random; no result depends on it
         svc.kill()
+    _feed(kafka_bootstrap, unique, 7, chunks)
     svc.start()
     wait_until(out.complete, 300, "all outputs", lambda: f"{out.drain()}\n{svc.log_text()[-3000:]}")
     assert svc.stop() == 0
