@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -185,7 +184,3 @@ def run_service(pipeline: Pipeline, config: Config | None = None, instance_id: s
     svc = Service(pipeline, config or Config.load(), instance_id)
     svc.install_signal_handlers()
     svc.run()
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

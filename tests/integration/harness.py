@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -158,6 +157,3 @@ class Tail:
     def close(self) -> None:
         self._c.close()
 
-
-def values(records: list[Record]) -> list[Any]:
-    return [json.loads(r.value) for r in records if r.value is not None]
