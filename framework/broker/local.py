@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -130,6 +131,7 @@ class LocalBroker:
             # Started but not answering yet (e.g. a concurrent start): wait for it.
             return self._wait_ready(pid)
         java = require_tool("java", "Install a Java 17+ JDK, e.g. `apt-get install openjdk-17-jdk-headless`.")
+        self._check_ports()
         self.fetch()
         self._prepare(java)
         return self._launch(java)
@@ -188,6 +190,15 @@ class LocalBroker:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=self._java_env())
         if proc.returncode != 0:
             raise BrokerError(f"formatting {data_dir} failed:\n{proc.stdout}{proc.stderr}")
+
+    def _check_ports(self) -> None:
+        for port in (self.port, self.port + 1):
+            if not port_free(port):
+                raise BrokerError(
+                    f"port {port} on 127.0.0.1 is taken by another process, so the broker of "
+                    f"{self.instance_dir} cannot listen on {self.port} (client) and {self.port + 1} "
+                    "(controller); stop that process or choose other ports with FW_BROKER_PORT"
+                )
 
     def _launch(self, java: str) -> BrokerStatus:
         self.instance_dir.mkdir(parents=True, exist_ok=True)
@@ -249,6 +260,25 @@ def require_tool(name: str, how: str) -> str:
     if path is None:
         raise EnvironmentProblem(f"`{name}` is not on PATH; the local Kafka broker needs it. {how}")
     return path
+
+
+def port_free(port: int) -> bool:
+    """True when nothing listens on (or holds) ``port`` on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_pair(start: int = 39192, stop: int = 39992) -> int:
+    """The first even port in ``[start, stop)`` that is free together with the next one."""
+    for port in range(start, stop, 2):
+        if port_free(port) and port_free(port + 1):
+            return port
+    raise BrokerError(f"no two free consecutive ports between {start} and {stop} on 127.0.0.1")
 
 
 def _cluster_id() -> str:

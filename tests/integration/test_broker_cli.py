@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from framework.broker import external_bootstrap
+from framework.broker.local import free_port_pair
 
 FW = [sys.executable, "-c", "from framework.cli import main; main()"]
 
@@ -20,14 +21,15 @@ def _fw(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.skipif(external_bootstrap() is not None, reason="an external cluster is configured")
 def test_start_twice_status_stop(tmp_path: Path, kafka_bootstrap: str) -> None:
-    env = {**os.environ, "FW_BROKER_DIR": str(tmp_path / "b"), "FW_BROKER_PORT": "39292"}
+    port = free_port_pair(39292)
+    env = {**os.environ, "FW_BROKER_DIR": str(tmp_path / "b"), "FW_BROKER_PORT": str(port)}
     first = _fw("broker", "start", env=env)
     try:
         assert first.returncode == 0, first.stderr
-        assert first.stdout.strip() == "127.0.0.1:39292"
+        assert first.stdout.strip() == f"127.0.0.1:{port}"
         again = _fw("broker", "start", env=env)
         assert again.returncode == 0, again.stderr
-        assert again.stdout.strip() == "127.0.0.1:39292"
+        assert again.stdout.strip() == f"127.0.0.1:{port}"
         status = _fw("broker", "status", env=env)
         assert status.returncode == 0
         assert "running pid=" in status.stdout and str(tmp_path / "b" / "broker.log") in status.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,9 @@ from pathlib import Path
 FW = [sys.executable, "-c", "from framework.cli import main; main()"]
 
 
-def _start_with_path(tmp_path: Path, bin_dir: Path) -> subprocess.CompletedProcess[str]:
+def _start_with_path(tmp_path: Path, bin_dir: Path, port: int = 39392) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "FW_BOOTSTRAP_SERVERS"}
-    env.update(PATH=str(bin_dir), FW_HOME=str(tmp_path / "home"), FW_BROKER_PORT="39392",
+    env.update(PATH=str(bin_dir), FW_HOME=str(tmp_path / "home"), FW_BROKER_PORT=str(port),
                FW_BROKER_DIR=str(tmp_path / "broker"))
     return subprocess.run([*FW, "broker", "start"], capture_output=True, text=True, env=env, timeout=60)
 
@@ -37,3 +38,20 @@ def test_missing_mvn_is_one_line(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "`mvn` is not on PATH" in lines[0] and "Install Apache Maven" in lines[0]
+
+
+def test_taken_port_is_one_line_naming_the_port_and_the_setting(tmp_path: Path) -> None:
+    only_java = tmp_path / "bin"
+    only_java.mkdir()
+    java = subprocess.run(["which", "java"], capture_output=True, text=True).stdout.strip()
+    (only_java / "java").symlink_to(os.path.realpath(java))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        # The controller port (client + 1) is the taken one here.
+        proc = _start_with_path(tmp_path, only_java, port=taken - 1)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert f"port {taken} on 127.0.0.1 is taken" in lines[0] and "FW_BROKER_PORT" in lines[0]
