@@ -14,20 +14,35 @@ from framework.errors import (
     RecordError,
     SerializationError,
 )
-from framework.pipeline import Pipeline, ProcessFunction, Stream, Topic
+from framework.pipeline import CoProcessFunction, Pipeline, ProcessFunction, Stream, Topic
 from framework.serde import AvroSerde, BytesSerde, IntSerde, JsonSerde, StringSerde, load_schema
 from framework.testing import TestDriver, TestRecord
+from framework.time import NO_WATERMARK, WatermarkStrategy
+from framework.windows import (
+    CountTrigger,
+    CountWindows,
+    GlobalWindows,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+    Window,
+)
 
 __all__ = [
     "AvroSerde",
     "BytesSerde",
+    "CoProcessFunction",
     "Config",
     "ConfigError",
+    "CountTrigger",
+    "CountWindows",
     "DeserializationError",
     "FrameworkError",
+    "GlobalWindows",
     "Guarantee",
     "IntSerde",
     "JsonSerde",
+    "NO_WATERMARK",
     "OnError",
     "Pipeline",
     "PipelineError",
@@ -35,10 +50,15 @@ __all__ = [
     "ProcessingError",
     "RecordError",
     "SerializationError",
+    "SessionWindows",
+    "SlidingWindows",
     "Stream",
     "StringSerde",
     "TestDriver",
     "TestRecord",
     "Topic",
+    "TumblingWindows",
+    "WatermarkStrategy",
+    "Window",
     "load_schema",
 ]

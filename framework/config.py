@@ -109,6 +109,7 @@ class ProcessingConfig:
     on_error: OnError = OnError.DEAD_LETTER
     revoke_timeout_ms: int = 30000
     max_tolerated_downtime_ms: int = 10000
+    watermark_interval_ms: int = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +199,7 @@ _MINIMUMS = (  # (section, field, smallest allowed value)
     ("processing", "consume_timeout_ms", 0),  # 0: poll without waiting
     ("processing", "revoke_timeout_ms", 1),
     ("processing", "max_tolerated_downtime_ms", 0),
+    ("processing", "watermark_interval_ms", 1),
 )
 _RESERVED = (  # settings the framework owns; a second way to set them would be ambiguous
     *((m, "bootstrap.servers", "use kafka.bootstrap_servers") for m in _MAPPING_FIELDS),

@@ -83,7 +83,7 @@ def expected_results(
 
 def _topics_of(pipeline: Pipeline) -> list[str]:
     names = pipeline.input_topics()
-    names += [pipeline.changelog_topic(s.name) for s in pipeline.stateful_steps()]
+    names += [pipeline.changelog_topic(name) for name in pipeline.store_names()]
     names += [t.name for t in pipeline.sink_topics()] + [pipeline.dead_letter.name]
     return list(dict.fromkeys(names))
 

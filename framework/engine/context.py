@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from framework.errors import RecordCoordinates
 from framework.state.cache import CachedPartition
+from framework.time.clock import Clock, TaskClock
 
 Headers = Sequence[tuple[str, bytes]] | None
 
@@ -38,21 +39,68 @@ class Output(Protocol):
 
 
 class TaskContext:
-    """Per task: partition number, service name, stores by step name, output, current record."""
+    """Per task: partition number, service name, stores by step name, output, current record,
+    and its time: the task clock, watermark and processing-time listeners, counters."""
 
-    __slots__ = ("service", "partition", "output", "stores", "current", "pipeline")
+    __slots__ = ("service", "partition", "output", "stores", "current", "pipeline", "time", "counters",
+                 "processing_listeners", "order", "task")
 
     def __init__(self, pipeline: Any, partition: int, output: Output,
-                 stores: dict[str, CachedPartition]) -> None:
+                 stores: dict[str, CachedPartition], time: TaskClock, task: Any) -> None:
         self.pipeline = pipeline
         self.service: str = pipeline.name
         self.partition = partition
         self.output = output
         self.stores = stores
         self.current: InputRecord | None = None
+        self.time = time
+        self.task = task
+        self.counters: dict[str, int] = {}
+        self.processing_listeners: list[tuple[int, Callable[[int], None]]] = []
+        self.order = {name: i for i, name in enumerate(pipeline.steps)}  # topological position
 
     def store(self, name: str) -> CachedPartition:
         return self.stores[name]
+
+    def now_ms(self) -> int:
+        return self.time.now_ms()
+
+    def clock_for(self, step: str) -> Clock:
+        """The clock (watermark) of ``step``: the minimum over the inputs that reach it."""
+        return self.time.clock(self.pipeline.step_inputs(step))
+
+    def on_watermark(self, step: str, fn: Callable[[int], None]) -> None:
+        """Call ``fn(watermark)`` whenever ``step``'s watermark advances."""
+        self.clock_for(step).listeners.append((self.order[step], fn))
+
+    def on_processing_time(self, step: str, fn: Callable[[int], None]) -> None:
+        """Call ``fn(now_ms)`` on every wall-clock tick of the task."""
+        self.processing_listeners.append((self.order[step], fn))
+        self.processing_listeners.sort(key=lambda e: e[0])
+
+    def count(self, metric: str, n: int = 1) -> None:
+        self.counters[metric] = self.counters.get(metric, 0) + n
+
+    def late_output(self, step: Any) -> Callable[[Any, Any, int], None]:
+        """Where ``step``'s late records go: counted, and produced to its late topic if any."""
+        metric, topic = f"late_records.{step.name}", getattr(step, "late", None)
+        if topic is None:
+            def drop(k: Any, v: Any, ts: int) -> None:
+                self.count(metric)
+
+            return drop
+        ks, vs = topic.key_serde.bind(topic.name, True).serialize, topic.value_serde.bind(topic.name, False).serialize
+        produce, name = self.output.produce, topic.name
+
+        def send(k: Any, v: Any, ts: int) -> None:
+            self.count(metric)
+            produce(name, None if k is None else ks(k), None if v is None else vs(v), ts)
+
+        return send
+
+    def timer_failed(self, step: str, ts: int, key: bytes, exc: BaseException) -> None:
+        """User code raised while a timer fired: dead-letter it (or stop, with on_error=fail)."""
+        self.task.timer_failed(step, ts, key, exc)
 
     def coordinates(self) -> RecordCoordinates | None:
         msg = self.current

@@ -11,18 +11,25 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from framework.engine.context import InputRecord, Output, TaskContext
-from framework.errors import DeserializationError, PipelineError, RecordError
+from framework.errors import DeserializationError, PipelineError, ProcessingError, RecordError
 from framework.pipeline import steps as S
-from framework.pipeline.definition import Pipeline
+from framework.pipeline.definition import TIME_STORE, Pipeline
 from framework.state.base import StoreBackend
 from framework.state.cache import CachedPartition
+from framework.time.clock import WATERMARK_HEADER, Input, TaskClock, control_header
+from framework.time.watermarks import NO_WATERMARK
 
 log = logging.getLogger("framework.task")
 Handler = Callable[[InputRecord], None]
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _fanout(pushes: list[S.Push]) -> S.Push:
@@ -42,16 +49,26 @@ def _fanout(pushes: list[S.Push]) -> S.Push:
 class Task:
     """The compiled pipeline for one partition number, with its store partitions."""
 
-    def __init__(self, pipeline: Pipeline, partition: int, backend: StoreBackend, output: Output) -> None:
+    def __init__(self, pipeline: Pipeline, partition: int, backend: StoreBackend, output: Output, *,
+                 partitions: int = 1, now_ms: Callable[[], int] | None = None, fail_on_error: bool = False) -> None:
+        pipeline.validate()
         self.pipeline = pipeline
         self.partition = partition
+        self.partitions = partitions  # tasks of the service: the partitions of its internal topics
         self.output = output
+        self.fail_on_error = fail_on_error
         self.stores = {
-            s.name: CachedPartition(backend.open(pipeline.name, s.name, partition))
-            for s in pipeline.stateful_steps()
+            name: CachedPartition(backend.open(pipeline.name, name, partition)) for name in pipeline.store_names()
         }
-        self.ctx = TaskContext(pipeline, partition, output, self.stores)
+        self.time = TaskClock(now_ms or _wall_ms)
+        self.ctx = TaskContext(pipeline, partition, output, self.stores, self.time, self)
         self.handlers: dict[str, Handler] = self._compile()
+        self.emitters = self._emitters()
+        self._time_store = self.stores.get(TIME_STORE)
+        self._time_saved: Any = None
+        if self._time_store is not None:
+            self._time_saved = self._time_store.get(b"clock")
+            self.time.restore(self._time_saved)
         self.dead_letters = 0
 
     # -- compilation ---------------------------------------------------------------------
@@ -60,42 +77,146 @@ class Task:
         from framework.serde import PickleSerde
 
         p = self.pipeline
-        pushes: dict[str, S.Push] = {}
+        inputs: dict[str, dict[str, S.Push]] = {}  # step -> parent -> push
         handlers: dict[str, Handler] = {}
         for step in reversed(list(p.steps.values())):  # steps are stored in topological order
-            down = _fanout([pushes[c] for c in p.children[step.name]])
+            down = _fanout([inputs[c][step.name] for c in p.children[step.name]])
             if isinstance(step, S.Source):
                 t = step.topic
                 if t.name in handlers:
                     raise PipelineError(f"topic {t.name!r} is a source twice; use one source and fan out")
-                handlers[t.name] = self._decoder(step.name, t.key_serde.bind(t.name, True),
-                                                 t.value_serde.bind(t.name, False), down)
+                handlers[t.name] = self._source_handler(step, down)
             elif isinstance(step, S.KeyBy):
                 topic = p.repartition_topic(step.name)
-                handlers[topic] = self._decoder(step.name, step.key_serde, PickleSerde(), down)
-                pushes[step.name] = step.build(self.ctx, down)
+                inp = self.time.input(topic, fed=True)
+                handlers[topic] = self._decoder(step.name, step.key_serde, PickleSerde(), down, inp)
+                inputs[step.name] = step.build_inputs(self.ctx, down)
             else:
-                pushes[step.name] = step.build(self.ctx, down)
+                inputs[step.name] = step.build_inputs(self.ctx, down)
         return handlers
 
-    def _decoder(self, step: str, key_serde: Any, value_serde: Any, down: S.Push) -> Handler:
-        kd, vd, ctx = key_serde.deserialize, value_serde.deserialize, self.ctx
+    def _source_handler(self, step: S.Source, down: S.Push) -> Handler:
+        t, wm = step.topic, step.watermarks
+        ks, vs = t.key_serde.bind(t.name, True), t.value_serde.bind(t.name, False)
+        if wm is None:
+            self.time.input(t.name)
+            return self._decoder(step.name, ks, vs, down)
+        assign = wm.assigner(step.name)
+        if wm.upstream:
+            inp = self.time.input(t.name, fed=True)
+            return self._decoder(step.name, ks, vs, down, inp, assign)
+        inp = self.time.input(t.name, wm.generator(), idle_timeout_ms=wm.idle_timeout_ms)
+        return self._generating_decoder(step.name, ks, vs, down, inp, assign)
+
+    def _decode(self, step: str, kd: Callable[[bytes], Any], vd: Callable[[bytes], Any],
+                msg: InputRecord) -> tuple[Any, Any]:
+        kb, vb = msg.key(), msg.value()
+        try:
+            return (None if kb is None else kd(kb)), (None if vb is None else vd(vb))
+        except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's fault
+            raise DeserializationError(
+                f"cannot decode the record: {type(exc).__name__}: {exc}", self.ctx.coordinates(), step,
+                fix="check the producer's serializer against the source topic's serdes (with "
+                    "on_error=dead_letter the record goes to the dead-letter topic)",
+            ) from exc
+
+    def _decoder(self, step: str, key_serde: Any, value_serde: Any, down: S.Push, fed: Input | None = None,
+                 assign: Callable[[Any, int], int] | None = None) -> Handler:
+        """Decode and push; on a ``fed`` input, watermark control records update the clock."""
+        kd, vd, ctx, decode, on_control = key_serde.deserialize, value_serde.deserialize, self.ctx, self._decode, \
+            self.time.on_control
 
         def handle(msg: InputRecord) -> None:
             ctx.current = msg
-            kb, vb = msg.key(), msg.value()
-            try:
-                k = None if kb is None else kd(kb)
-                v = None if vb is None else vd(vb)
-            except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's fault
-                raise DeserializationError(
-                    f"cannot decode the record: {type(exc).__name__}: {exc}", ctx.coordinates(), step,
-                    fix="check the producer's serializer against the source topic's serdes (with "
-                        "on_error=dead_letter the record goes to the dead-letter topic)",
-                ) from exc
-            down(k, v, msg.timestamp()[1])
+            if fed is not None and msg.key() is None and msg.value() is None:
+                for name, value in msg.headers() or ():
+                    if name == WATERMARK_HEADER:
+                        on_control(fed, value)
+                        return
+            k, v = decode(step, kd, vd, msg)
+            ts = msg.timestamp()[1]
+            down(k, v, ts if assign is None else assign(v, ts))
 
         return handle
+
+    def _generating_decoder(self, step: str, key_serde: Any, value_serde: Any, down: S.Push, inp: Input,
+                            assign: Callable[[Any, int], int] | None) -> Handler:
+        """Decode, push, then advance the partition's watermark generator with the record."""
+        kd, vd, ctx, decode, advanced = key_serde.deserialize, value_serde.deserialize, self.ctx, self._decode, \
+            self.time.advanced
+        on_event = inp.generator.on_event  # type: ignore[union-attr]
+
+        def handle(msg: InputRecord) -> None:
+            ctx.current = msg
+            k, v = decode(step, kd, vd, msg)
+            ts = msg.timestamp()[1]
+            if assign is not None:
+                ts = assign(v, ts)
+            if inp.idle:
+                inp.idle = False  # rejoins the minimum; the clocks never go back
+            inp.seen = True
+            try:
+                down(k, v, ts)
+            finally:
+                w = on_event(v, ts)
+                if w > inp.watermark:
+                    inp.watermark = w
+                    advanced(inp)
+
+        return handle
+
+    def _emitters(self) -> list[list[Any]]:
+        """Where this task writes watermark control records: ``[topic, clock, last sent, partitions]``."""
+        out: list[list[Any]] = []
+        for step in self.pipeline.steps.values():
+            if isinstance(step, S.KeyBy):
+                out.append([self.pipeline.repartition_topic(step.name), self.ctx.clock_for(step.name), NO_WATERMARK,
+                            self.partitions])
+            elif isinstance(step, S.Sink) and step.topic.watermarks:
+                out.append([step.topic.name, self.ctx.clock_for(step.name), NO_WATERMARK,
+                            step.topic.partitions or self.partitions])
+        return out
+
+    # -- time ----------------------------------------------------------------------------
+
+    def flush_watermarks(self) -> bool:
+        """Send each downstream topic this task's watermark (or idleness), if it changed, to
+        every partition: a downstream task's watermark is the minimum over its upstream tasks.
+        True when something was sent."""
+        produce, sent = self.output.produce, False
+        for em in self.emitters:
+            topic, clock, last, n = em
+            state = None if clock.idle else clock.watermark
+            if state == last or state == NO_WATERMARK:
+                continue
+            em[2], sent = state, True
+            header = [(WATERMARK_HEADER, control_header(self.partition, self.partitions, state))]
+            for p in range(n):
+                produce(topic, None, None, 0, header, p)
+        return sent
+
+    def tick(self) -> bool:
+        """Wall-clock work: idle partitions, processing-time timers, watermark emission.
+        True when it changed state or produced something (a checkpoint has work to do)."""
+        self.ctx.current = None
+        self.time.tick()
+        now = self.time.now_ms()
+        for _, fn in self.ctx.processing_listeners:
+            fn(now)
+        sent = self.flush_watermarks()
+        return sent or any(store.dirty for store in self.stores.values())
+
+    def timer_failed(self, step: str, ts: int, key: bytes, exc: BaseException) -> None:
+        err = ProcessingError(f"timer at {ts} for key {key!r} failed: {type(exc).__name__}: {exc}", None, step,
+                              fix="fix the step's timer or window function (the timer is in the dead-letter "
+                                  "topic with its key and timestamp)")
+        if self.fail_on_error:
+            raise err from exc
+        log.error("dead letter: %s", err)
+        headers = [("fw.step", step.encode()), ("fw.timer.timestamp", str(ts).encode()),
+                   ("fw.error.type", type(exc).__name__.encode()), ("fw.error.message", str(err)[:4000].encode())]
+        self.output.produce(self.pipeline.dead_letter.name, key, None, max(ts, 0), headers)
+        self.dead_letters += 1
 
     # -- records -------------------------------------------------------------------------
 
@@ -125,6 +246,11 @@ class Task:
 
     def produce_changelogs(self, source_positions: Mapping[str, int]) -> int:
         """Checkpoint step 1: the write caches' changes to the changelogs. Returns the count."""
+        if self._time_store is not None:
+            snapshot = self.time.snapshot()
+            if snapshot != self._time_saved:
+                self._time_store.put(b"clock", snapshot)
+                self._time_saved = snapshot
         headers = [("fw.source.offsets", json.dumps(source_positions, sort_keys=True).encode())]
         n = 0
         for name, store in self.stores.items():
@@ -142,7 +268,8 @@ class Task:
             store.commit(changelog_offsets.get(self.pipeline.changelog_topic(name)))
 
     def discard_state(self) -> None:
-        """After an abort: drop every uncommitted write."""
+        """After an abort: drop every uncommitted write. The task's in-memory time (clock,
+        timer heaps) is not rolled back: a task that goes on after an abort is rebuilt."""
         for store in self.stores.values():
             store.discard()
 

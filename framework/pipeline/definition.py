@@ -15,6 +15,7 @@ object is compiled by the Kafka runtime, the TestDriver and the Spark replay.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,9 @@ from framework.errors import PipelineError
 from framework.pipeline import steps as S
 from framework.serde import JsonSerde, Serde, StringSerde
 from framework.serde.keys import KeySerde
+from framework.time.watermarks import WatermarkStrategy
+from framework.windows.definitions import SessionWindows, SlidingWindows, TumblingWindows, Window, WindowSpec
+from framework.windows.functions import WindowFunction, aggregating, full
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
@@ -37,10 +41,17 @@ class Topic:
     value_serde: Serde = field(default_factory=JsonSerde)
     partitions: int | None = None
     config: Mapping[str, str] = field(default_factory=dict)
+    watermarks: bool = False
+    """As a sink: also write watermark control records, for framework services that read the
+    topic with ``WatermarkStrategy.from_upstream()`` (other consumers would see them as
+    records with no key and no value, and a ``fw.watermark`` header)."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise PipelineError(f"invalid topic name {self.name!r}: use letters, digits, '.', '_', '-'")
+
+
+TIME_STORE = "_time"  # a task's watermarks; not a valid step name, so never a step's store
 
 
 class Pipeline:
@@ -58,10 +69,12 @@ class Pipeline:
 
     # -- building ----------------------------------------------------------------------
 
-    def source(self, topic: Topic | str, *, name: str | None = None) -> Stream:
-        """A stream of ``topic``'s records, keyed by their Kafka key."""
+    def source(self, topic: Topic | str, *, watermarks: WatermarkStrategy | None = None,
+               name: str | None = None) -> Stream:
+        """A stream of ``topic``'s records, keyed by their Kafka key. ``watermarks`` gives its
+        records event timestamps and its partitions watermarks (needed by event-time steps)."""
         t = Topic(topic) if isinstance(topic, str) else topic
-        step = self._add(S.Source(self._name(name, "source"), (), t))
+        step = self._add(S.Source(self._name(name, "source"), (), t, watermarks))
         return Stream(self, step.name, t.key_serde)
 
     def _name(self, given: str | None, kind: str) -> str:
@@ -89,6 +102,50 @@ class Pipeline:
 
     def stateful_steps(self) -> list[S.Step]:
         return [s for s in self.steps.values() if s.stateful]
+
+    def uses_event_time(self) -> bool:
+        return any(s.watermarks is not None for s in self.sources())
+
+    def store_names(self) -> list[str]:
+        """Every state store of the service: the stateful steps', and the task clock's."""
+        names = [s.name for s in self.stateful_steps()]
+        return names + [TIME_STORE] if self.uses_event_time() else names
+
+    def step_inputs(self, name: str) -> frozenset[str]:
+        """The input topics whose records reach step ``name`` without crossing a topic."""
+        step = self.steps[name]
+        if isinstance(step, S.Source):
+            return frozenset((step.topic.name,))
+        out: set[str] = set()
+        for parent in step.parents:
+            if isinstance(self.steps[parent], S.KeyBy):
+                out.add(self.repartition_topic(parent))
+            else:
+                out |= self.step_inputs(parent)
+        return frozenset(out)
+
+    def upstream_sources(self, name: str) -> list[S.Source]:
+        step = self.steps[name]
+        if isinstance(step, S.Source):
+            return [step]
+        found: dict[str, S.Source] = {}
+        for parent in step.parents:
+            for src in self.upstream_sources(parent):
+                found[src.name] = src
+        return list(found.values())
+
+    def validate(self) -> None:
+        """Event-time steps need watermarks from every source upstream of them."""
+        for step in self.steps.values():
+            if not step.event_time:
+                continue
+            for src in self.upstream_sources(step.name):
+                if src.watermarks is None:
+                    raise PipelineError(
+                        f"step {step.name!r} runs on event time, but source {src.name!r} ({src.topic.name!r}) "
+                        "has no watermarks: pass watermarks=WatermarkStrategy.bounded_out_of_orderness(bound_ms, "
+                        "timestamp=...) to Pipeline.source, or use clock='processing' windows"
+                    )
 
     def sources(self) -> list[S.Source]:
         return [s for s in self.steps.values() if isinstance(s, S.Source)]
@@ -197,10 +254,117 @@ class Stream:
 
     # -- sinks -------------------------------------------------------------------------
 
+    # -- event time --------------------------------------------------------------------
+
+    def window(self, windows: WindowSpec, *, allowed_lateness_ms: int = 0, late: Topic | str | None = None,
+               early_firing: bool = False) -> WindowedStream:
+        """Group each key's records into ``windows`` (tumbling, sliding, session, count, global);
+        finish with ``aggregate``/``reduce``/``count``/``sum``/``apply``. A result is the value
+        ``{"start", "end", "value"}`` with timestamp ``end - 1``. ``allowed_lateness_ms``: late
+        records within it update and re-emit a fired window; later ones go to ``late`` (a
+        topic) or are dropped, and are counted. ``early_firing``: also emit the updated result
+        of an open window after every record."""
+        if allowed_lateness_ms < 0:
+            raise PipelineError(f"allowed_lateness_ms must be >= 0, got {allowed_lateness_ms}")
+        late_topic = Topic(late, key_serde=self.key_serde) if isinstance(late, str) else late
+        return WindowedStream(self, windows, allowed_lateness_ms, late_topic, early_firing)
+
+    def union(self, *others: Stream, name: str | None = None) -> Stream:
+        """The records of this stream and of ``others``, as one stream (its watermark is the
+        minimum of theirs)."""
+        parents = (self.step, *(o.step for o in others))
+        if len(set(parents)) != len(parents):
+            raise PipelineError("union of a stream with itself: fan out with two steps instead")
+        return self._then(S.Union(self._n(name, "union"), parents))
+
+    def connect(self, other: Stream) -> ConnectedStreams:
+        """Two keyed streams over shared keyed state: ``.process(CoProcessFunction)``."""
+        return ConnectedStreams(self, other)
+
+    def interval_join(self, other: Stream, lower_ms: int, upper_ms: int, fn: Callable[[Any, Any], Any], *,
+                      name: str | None = None) -> Stream:
+        """Per key, ``fn(left, right)`` for every pair with ``left.ts + lower_ms <= right.ts <=
+        left.ts + upper_ms``, timestamped ``max(left.ts, right.ts)`` (Flink's interval join)."""
+        if lower_ms > upper_ms:
+            raise PipelineError(f"interval_join needs lower_ms <= upper_ms, got {lower_ms} > {upper_ms}")
+        _distinct(self, other)
+        return self._then(S.IntervalJoin(self._n(name, "interval_join"), (self.step, other.step), lower_ms,
+                                         upper_ms, fn, self.key_serde))
+
+    def window_join(self, other: Stream, windows: TumblingWindows | SlidingWindows, fn: Callable[[Any, Any], Any],
+                    *, name: str | None = None) -> Stream:
+        """Per key and event-time window, ``fn(left, right)`` for every pair of the window's
+        records, emitted when the window fires with timestamp ``end - 1``."""
+        if not isinstance(windows, (TumblingWindows, SlidingWindows)) or windows.clock != "event":
+            raise PipelineError("window_join takes event-time TumblingWindows or SlidingWindows")
+        _distinct(self, other)
+        return self._then(S.WindowJoin(self._n(name, "window_join"), (self.step, other.step), windows, fn,
+                                       self.key_serde))
+
     def to(self, topic: Topic | str, *, name: str | None = None) -> Stream:
         """Produce every record to ``topic`` (inside the checkpoint's transaction)."""
         t = Topic(topic) if isinstance(topic, str) else topic
         return self._then(S.Sink(self._n(name, "to"), (self.step,), t))
+
+
+class WindowedStream:
+    """A keyed stream grouped into windows; one of the methods below makes it a stream again."""
+
+    __slots__ = ("stream", "windows", "lateness", "late", "early")
+
+    def __init__(self, stream: Stream, windows: WindowSpec, lateness: int, late: Topic | None,
+                 early: bool) -> None:
+        self.stream, self.windows, self.lateness, self.late, self.early = stream, windows, lateness, late, early
+
+    def _step(self, fn: WindowFunction, name: str | None, kind: str) -> Stream:
+        if isinstance(self.windows, SessionWindows) and fn.merge is None:
+            raise PipelineError("session windows merge accumulators: pass merge=... to aggregate")
+        s = self.stream
+        step = S.WindowStep(s._n(name, kind), (s.step,), self.windows, fn, self.lateness, self.late, self.early,
+                            s.key_serde)
+        return s._then(step)
+
+    def aggregate(self, init: Callable[[], Any], add: Callable[[Any, Any], Any], *,
+                  merge: Callable[[Any, Any], Any] | None = None, result: Callable[[Any], Any] | None = None,
+                  name: str | None = None) -> Stream:
+        """One accumulator per window: ``add(acc, value)``, ``merge(acc, acc)`` (sessions),
+        and the emitted ``result(acc)`` (the accumulator itself by default)."""
+        return self._step(aggregating(init, add, merge, result), name, "window")
+
+    def reduce(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> Stream:
+        """``fn(a, b)`` over the window's values."""
+        return self._step(aggregating(_Unset, lambda acc, v: v if acc is _Unset else fn(acc, v),
+                                      lambda a, b: b if a is _Unset else a if b is _Unset else fn(a, b),
+                                      None), name, "window")
+
+    def count(self, *, name: str | None = None) -> Stream:
+        return self._step(aggregating(int, lambda acc, _v: acc + 1, operator.add, None), name, "window")
+
+    def sum(self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None) -> Stream:
+        f = fn or _identity
+        return self._step(aggregating(int, lambda acc, v: acc + f(v), operator.add, None), name, "window")
+
+    def apply(self, fn: Callable[[Any, Window, list[Any]], Any], *, name: str | None = None) -> Stream:
+        """A full window function: ``fn(key, window, elements)`` when the window fires."""
+        return self._step(full(fn), name, "window")
+
+
+class ConnectedStreams:
+    __slots__ = ("left", "right")
+
+    def __init__(self, left: Stream, right: Stream) -> None:
+        _distinct(left, right)
+        self.left, self.right = left, right
+
+    def process(self, function: S.CoProcessFunction, *, name: str | None = None) -> Stream:
+        left = self.left
+        return left._then(S.CoProcess(left._n(name, "co_process"), (left.step, self.right.step), function,
+                                      left.key_serde))
+
+
+def _distinct(left: Stream, right: Stream) -> None:
+    if left.step == right.step:
+        raise PipelineError("a two-input step needs two different streams")
 
 
 def _identity(v: Any) -> Any:

@@ -135,6 +135,7 @@ class Checkpointer:
                     raise FatalKafkaError(f"abort_transaction failed: {exc}") from exc
         for task in svc.tasks.values():
             task.discard_state()
+        svc.rebuild_tasks()
         svc.consumer.rewind_to_committed(list(svc.routes), self.timeout_s)
         self.aborted += 1
         self.dirty = False

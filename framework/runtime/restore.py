@@ -43,10 +43,10 @@ class Restorer:
         """
         wanted: list[tuple[int, str, TP, int | None]] = []
         for p in partitions:
-            for step in self.pipeline.stateful_steps():
-                tp = (self.pipeline.changelog_topic(step.name), p)
-                store = self.backend.open(self.pipeline.name, step.name, p)
-                wanted.append((p, step.name, tp, store.changelog_offset()))
+            for name in self.pipeline.store_names():
+                tp = (self.pipeline.changelog_topic(name), p)
+                store = self.backend.open(self.pipeline.name, name, p)
+                wanted.append((p, name, tp, store.changelog_offset()))
         todo: dict[int, set[TP]] = {p: set() for p in partitions}
         assign: list[tuple[TP, int | None]] = []
         for p, store_name, tp, start in wanted:

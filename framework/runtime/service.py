@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -84,13 +85,22 @@ class Service:
     def _loop(self, until: Callable[[Service], bool] | None) -> None:
         consume = self.consumer.consume
         batch, timeout = self.config.processing.consume_batch_size, self.config.processing.consume_timeout_ms / 1000
-        ckpt = self.checkpointer
+        ckpt, tick_s = self.checkpointer, self.config.processing.watermark_interval_ms / 1000
+        next_tick = 0.0
         while not self._stop and (until is None or not until(self)):
             if self.restorer.busy:
                 self.restorer.step()
             msgs = consume(batch, timeout)
             if msgs:
                 self._process(msgs)
+                for task in self.tasks.values():
+                    task.flush_watermarks()  # watermarks leave at the end of each batch, in its transaction
+            now = time.monotonic()
+            if now >= next_tick:  # idleness, processing-time timers, periodic watermarks
+                next_tick = now + tick_s
+                for task in self.tasks.values():
+                    if task.tick():
+                        ckpt.dirty = True
             ckpt.maybe_checkpoint()
 
     def _process(self, msgs: list[Any]) -> None:
@@ -145,9 +155,21 @@ class Service:
         self.consumer.pause([tp for tp in tps if tp[1] in numbers])
         self.restorer.start(numbers)
 
+    def _new_task(self, partition: int) -> Task:
+        return Task(self.pipeline, partition, self.backend, self.output, partitions=self.partitions,
+                    fail_on_error=self.config.processing.on_error is OnError.FAIL)
+
+    def rebuild_tasks(self) -> None:
+        """After an abort: every task again as of the last checkpoint (state, clock, timers)."""
+        for partition in list(self.tasks):
+            task = self.tasks[partition] = self._new_task(partition)
+            for tp in self.routes:
+                if tp[1] == partition:
+                    self.routes[tp] = (task.handlers[tp[0]], task)
+
     def _restored(self, partition: int) -> None:
         """Called by the restorer when every store of ``partition`` is at the changelog end."""
-        task = Task(self.pipeline, partition, self.backend, self.output)
+        task = self._new_task(partition)
         self.tasks[partition] = task
         mine = [tp for tp in self.assigned if tp[1] == partition]
         for tp in mine:

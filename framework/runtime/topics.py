@@ -31,8 +31,8 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any]) -> in
     specs = [TopicSpec(t.name, counts[t.name], dict(t.config)) for t in sources]
     specs += [TopicSpec(name, n) for name in pipeline.input_topics() if name not in counts]
     specs += [
-        TopicSpec(pipeline.changelog_topic(s.name), n, {"cleanup.policy": "compact"})
-        for s in pipeline.stateful_steps()
+        TopicSpec(pipeline.changelog_topic(name), n, {"cleanup.policy": "compact"})
+        for name in pipeline.store_names()
     ]
     sinks = {t.name: t for t in [*pipeline.sink_topics(), pipeline.dead_letter]}
     specs += [TopicSpec(t.name, t.partitions or n, dict(t.config)) for t in sinks.values() if t.name not in counts]

@@ -23,6 +23,8 @@ from framework.pipeline.definition import Pipeline, Topic
 from framework.state.keys import keyed, state_prefix
 from framework.state.memory import MemoryBackend
 from framework.state.restore import apply_changelog
+from framework.time.clock import WATERMARK_HEADER
+from framework.time.timers import list_timers
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ class _Msg:
     def value(self) -> bytes | None: return self._v
     def timestamp(self) -> tuple[int, int]: return (1, self._ts)
     def headers(self) -> list[tuple[str, bytes]] | None: return list(self._h) if self._h else None
+
+
+def _is_control(m: _Msg) -> bool:
+    return m.key() is None and m.value() is None and any(h == WATERMARK_HEADER for h, _ in m.headers() or ())
 
 
 class _Topics:
@@ -103,10 +109,12 @@ class TestDriver:
 
     __test__ = False
 
-    def __init__(self, pipeline: Pipeline, *, partitions: int = 1, auto_checkpoint: bool = True) -> None:
+    def __init__(self, pipeline: Pipeline, *, partitions: int = 1, auto_checkpoint: bool = True,
+                 wall_clock_ms: int = 0) -> None:
         self.pipeline = pipeline
         self.partitions = partitions
         self.auto_checkpoint = auto_checkpoint
+        self.wall_clock_ms = wall_clock_ms  # the tasks' processing time; moves only by advance_wall_clock
         self.topics = _Topics(partitions)
         self.backend = MemoryBackend()
         self.inputs = pipeline.input_topics()
@@ -115,7 +123,8 @@ class TestDriver:
         self.tasks = [self._new_task(p) for p in range(partitions)]
 
     def _new_task(self, partition: int) -> Task:
-        return Task(self.pipeline, partition, self.backend, self.topics)
+        return Task(self.pipeline, partition, self.backend, self.topics, partitions=self.partitions,
+                    now_ms=lambda: self.wall_clock_ms)
 
     # -- input ---------------------------------------------------------------------------
 
@@ -166,7 +175,65 @@ class TestDriver:
                     self._handle(self.tasks[p], msg)
                     progressed = True
                 self.positions[(topic, p)] = len(part)
+        for task in self.tasks:  # the end of a batch: watermarks go downstream
+            progressed = task.flush_watermarks() or progressed
         return progressed
+
+    # -- time ----------------------------------------------------------------------------
+
+    def advance_watermark(self, watermark: int, *, topic: str | None = None, partition: int | None = None) -> None:
+        """Raise the watermark of the source partitions (all, or of ``topic``/``partition``) to
+        ``watermark``, as if their generators had seen it, and process what that fires."""
+        for task in self.tasks:
+            if partition is not None and task.partition != partition:
+                continue
+            for src in self.pipeline.sources():
+                if topic is not None and src.topic.name != topic:
+                    continue
+                inp = task.time.inputs[src.topic.name]
+                if inp.fed or watermark <= inp.watermark:
+                    continue
+                inp.watermark = watermark
+                if inp.generator is not None:
+                    inp.generator.watermark = max(inp.generator.watermark, watermark)
+                task.time.advanced(inp)
+        self._settle()
+
+    def advance_wall_clock(self, ms: int) -> None:
+        """Move the tasks' processing time forward by ``ms``: processing-time timers and
+        windows fire, idle partitions leave the watermark minimum."""
+        self.wall_clock_ms += ms
+        for task in self.tasks:
+            task.tick()
+        self._settle()
+
+    def _settle(self) -> None:
+        for task in self.tasks:
+            task.flush_watermarks()
+        if self.auto_checkpoint:
+            self.checkpoint()
+        self.run()
+
+    def watermark(self, step: str, *, partition: int = 0) -> int:
+        """The current watermark of ``step`` in the task of ``partition``."""
+        return self.tasks[partition].ctx.clock_for(step).watermark
+
+    def timers(self, step: str, *, domain: str = "event") -> list[tuple[int, Any]]:
+        """Pending timers of ``step`` as ``(timestamp, key)``, in firing order, over all tasks."""
+        out: list[tuple[int, bytes, int]] = []
+        for task in self.tasks:
+            out += list_timers(task.stores[step], domain)
+        kd = self.pipeline.steps[step].key_serde.deserialize  # type: ignore[attr-defined]
+        return [(ts, kd(kb)) for ts, kb, _ in sorted(out)]
+
+    def metrics(self) -> dict[str, int]:
+        """Counters summed over the tasks, e.g. ``late_records.<step>``, ``dead_letters``."""
+        total: dict[str, int] = {"dead_letters": 0}
+        for task in self.tasks:
+            total["dead_letters"] += task.dead_letters
+            for name, n in task.ctx.counters.items():
+                total[name] = total.get(name, 0) + n
+        return total
 
     def _handle(self, task: Task, msg: _Msg) -> None:
         try:
@@ -191,10 +258,10 @@ class TestDriver:
             task.discard_state()
         self.positions = dict(self.committed)
         for p in range(self.partitions):
-            for step in self.pipeline.stateful_steps():
-                self.backend.drop(self.pipeline.name, step.name, p)
-                store = self.backend.open(self.pipeline.name, step.name, p)
-                log = self.topics.log(self.pipeline.changelog_topic(step.name))[p]
+            for name in self.pipeline.store_names():
+                self.backend.drop(self.pipeline.name, name, p)
+                store = self.backend.open(self.pipeline.name, name, p)
+                log = self.topics.log(self.pipeline.changelog_topic(name))[p]
                 apply_changelog(store, ((m.offset(), m.key() or b"", m.value()) for m in log))
         self.tasks = [self._new_task(p) for p in range(self.partitions)]
         self.run()
@@ -209,7 +276,7 @@ class TestDriver:
         return [
             TestRecord(None if m.key() is None else kd(m.key()), None if m.value() is None else vd(m.value()),
                        m.timestamp()[1], m.partition(), m.offset(), tuple(m.headers() or ()))
-            for part in self.topics.log(t.name) for m in part
+            for part in self.topics.log(t.name) for m in part if not _is_control(m)
         ]
 
     def values(self, topic: str) -> list[Any]:

@@ -1,0 +1,184 @@
+"""A task's event-time clock: per-input watermarks merged into per-step watermarks.
+
+Inputs are the task's partitions of its input topics (one partition number per task):
+
+- a *source* partition has a watermark generator (``WatermarkStrategy``) and, optionally,
+  an idle timeout after which it leaves the minimum until data arrives again;
+- a *fed* partition (a repartition topic, or a source ``from_upstream``) carries watermark
+  control records from every upstream task; its watermark is the minimum over the
+  upstream tasks that are not idle.
+
+A ``Clock`` is the watermark of one set of inputs: every step reachable from exactly
+those inputs shares it. Its watermark is the minimum over its non-idle inputs and never
+decreases; when it advances, the steps that listen are called in topological order, so a
+window that fires into a downstream window delivers its results before that window's
+watermark moves (a result is never late because of its own firing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from framework.time.watermarks import NO_WATERMARK, WatermarkGenerator
+
+WATERMARK_HEADER = "fw.watermark"
+Listener = Callable[[int], None]
+
+
+class Input:
+    """One input partition of a task and its watermark."""
+
+    __slots__ = ("topic", "watermark", "idle", "seen", "last_active_ms", "idle_timeout_ms",
+                 "generator", "fed", "ups", "ups_idle", "ups_n", "clocks")
+
+    def __init__(self, topic: str, generator: WatermarkGenerator | None, fed: bool,
+                 idle_timeout_ms: int | None) -> None:
+        self.topic = topic
+        self.watermark = NO_WATERMARK
+        self.idle = False
+        self.seen = False
+        self.last_active_ms = 0
+        self.idle_timeout_ms = idle_timeout_ms
+        self.generator = generator
+        self.fed = fed
+        self.ups: dict[int, int] = {}  # upstream task -> its last watermark
+        self.ups_idle: set[int] = set()
+        self.ups_n = 0  # upstream task count, learnt from the control records
+        self.clocks: list[Clock] = []
+
+    def snapshot(self) -> dict[str, Any]:
+        gen = None if self.generator is None else self.generator.snapshot()
+        return {"wm": self.watermark, "gen": gen, "ups": dict(self.ups), "idle": sorted(self.ups_idle),
+                "n": self.ups_n}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.watermark = state["wm"]
+        if self.generator is not None and state["gen"] is not None:
+            self.generator.restore(state["gen"])
+        self.ups, self.ups_idle, self.ups_n = dict(state["ups"]), set(state["idle"]), state["n"]
+
+
+class Clock:
+    """The watermark of the steps fed by one set of inputs."""
+
+    __slots__ = ("index", "inputs", "watermark", "listeners")
+
+    def __init__(self, index: int, inputs: list[Input]) -> None:
+        self.index = index
+        self.inputs = inputs
+        self.watermark = NO_WATERMARK
+        self.listeners: list[tuple[int, Listener]] = []  # (topological position, callback)
+
+    @property
+    def idle(self) -> bool:
+        return all(i.idle for i in self.inputs)
+
+    def candidate(self) -> int:
+        active = [i.watermark for i in self.inputs if not i.idle]
+        return min(active) if active else self.watermark
+
+
+class TaskClock:
+    """Every input and clock of one task, with the wall clock the task runs on."""
+
+    def __init__(self, now_ms: Callable[[], int]) -> None:
+        self.now_ms = now_ms
+        self.inputs: dict[str, Input] = {}
+        self.clocks: dict[frozenset[str], Clock] = {}
+
+    # -- wiring (at compile time) ----------------------------------------------------------
+
+    def input(self, topic: str, generator: WatermarkGenerator | None = None, fed: bool = False,
+              idle_timeout_ms: int | None = None) -> Input:
+        inp = self.inputs.get(topic)
+        if inp is None:
+            inp = self.inputs[topic] = Input(topic, generator, fed, idle_timeout_ms)
+            inp.last_active_ms = self.now_ms()
+        elif generator is not None or fed:  # first met as a clock's member, now as a decoder
+            inp.generator, inp.fed, inp.idle_timeout_ms = generator, fed, idle_timeout_ms
+        return inp
+
+    def clock(self, topics: Iterable[str]) -> Clock:
+        key = frozenset(topics)
+        c = self.clocks.get(key)
+        if c is None:
+            c = self.clocks[key] = Clock(len(self.clocks), [self.input(t) for t in sorted(key)])
+            for inp in c.inputs:
+                inp.clocks.append(c)
+        return c
+
+    # -- progress --------------------------------------------------------------------------
+
+    def advanced(self, inp: Input) -> None:
+        """``inp``'s watermark rose or it went idle: move the clocks that contain it."""
+        calls: list[tuple[int, Listener, int]] = []
+        for c in inp.clocks:
+            w = c.candidate()
+            if w > c.watermark:
+                c.watermark = w
+                calls.extend((pos, fn, w) for pos, fn in c.listeners)
+        if calls:
+            calls.sort(key=lambda c: c[0])
+            for _, fn, w in calls:
+                fn(w)
+
+    def on_control(self, inp: Input, header: bytes) -> None:
+        """A watermark control record ``b"<upstream>/<count>:<watermark|idle>"`` on a fed input."""
+        who, _, what = header.decode().partition(":")
+        u_s, _, n_s = who.partition("/")
+        u, n = int(u_s), int(n_s)
+        inp.ups_n = max(inp.ups_n, n)
+        if what == "idle":
+            inp.ups_idle.add(u)
+        else:
+            inp.ups_idle.discard(u)
+            w = int(what)
+            if w > inp.ups.get(u, NO_WATERMARK):
+                inp.ups[u] = w
+        members = [inp.ups.get(i, NO_WATERMARK) for i in range(inp.ups_n) if i not in inp.ups_idle]
+        if not members:
+            if not inp.idle:
+                inp.idle = True
+                self.advanced(inp)
+            return
+        inp.idle = False
+        w = min(members)
+        if w > inp.watermark:
+            inp.watermark = w
+            self.advanced(inp)
+
+    def tick(self) -> None:
+        """Wall-clock housekeeping: a source partition silent for its idle timeout goes idle."""
+        now = self.now_ms()
+        for inp in self.inputs.values():
+            if inp.idle_timeout_ms is None or inp.fed:
+                continue
+            if inp.seen:
+                inp.seen = False
+                inp.last_active_ms = now
+            elif not inp.idle and now - inp.last_active_ms >= inp.idle_timeout_ms:
+                inp.idle = True
+                self.advanced(inp)
+
+    # -- checkpoint ------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"inputs": {t: i.snapshot() for t, i in self.inputs.items()},
+                "clocks": {c.index: c.watermark for c in self.clocks.values()}}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if not state:
+            return
+        for topic, s in state["inputs"].items():
+            if topic in self.inputs:
+                self.inputs[topic].restore(s)
+        by_index = {c.index: c for c in self.clocks.values()}
+        for index, w in state["clocks"].items():
+            if index in by_index:
+                by_index[index].watermark = w
+
+
+def control_header(upstream: int, count: int, watermark: int | None) -> bytes:
+    """The header value of a watermark control record (``None``: the upstream task is idle)."""
+    return f"{upstream}/{count}:{'idle' if watermark is None else watermark}".encode()

@@ -1,0 +1,85 @@
+"""Timers of one step in one task: durable in the step's store, mirrored in a heap.
+
+A timer is ``(timestamp, key bytes, namespace)``; registering the same one twice keeps one.
+They live in the step's store under a reserved state name, so they are written to RocksDB
+and the changelog at checkpoints like any state, and a restored task finds them again. The
+in-memory heap gives the firing order: ascending ``(timestamp, key, namespace)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from collections.abc import Iterator
+
+from framework.state.cache import CachedPartition
+from framework.state.keys import prefix_end, state_prefix
+
+_TS = struct.Struct(">Q")
+_BIAS = 2**63  # signed timestamps sort bytewise as unsigned
+Timer = tuple[int, bytes, int]
+
+
+class TimerService:
+    """Event-time or processing-time timers of one step (``domain`` names the store section)."""
+
+    __slots__ = ("_store", "_prefix", "_heap", "_live")
+
+    def __init__(self, store: CachedPartition, domain: str) -> None:
+        self._store = store
+        self._prefix = state_prefix(f"__timers.{domain}")
+        self._live: set[Timer] = set()
+        for full, _ in store.iter_range(self._prefix, prefix_end(self._prefix)):
+            self._live.add(self._decode(full))
+        self._heap: list[Timer] = sorted(self._live)
+
+    def _encode(self, t: Timer) -> bytes:
+        return self._prefix + _TS.pack(t[0] + _BIAS) + t[1] + bytes((t[2],))
+
+    def _decode(self, full: bytes) -> Timer:
+        n = len(self._prefix)
+        return (_TS.unpack_from(full, n)[0] - _BIAS, full[n + 8 : -1], full[-1])
+
+    def register(self, ts: int, key: bytes, namespace: int = 0) -> None:
+        t = (ts, key, namespace)
+        if t not in self._live:
+            self._live.add(t)
+            heapq.heappush(self._heap, t)
+            self._store.put(self._encode(t), 1)
+
+    def delete(self, ts: int, key: bytes, namespace: int = 0) -> None:
+        t = (ts, key, namespace)
+        if t in self._live:
+            self._live.discard(t)
+            self._store.delete(self._encode(t))
+
+    def due(self, limit: int) -> Iterator[Timer]:
+        """Remove and yield, in order, every timer with timestamp <= ``limit``, including
+        timers registered while iterating."""
+        heap, live = self._heap, self._live
+        while heap and heap[0][0] <= limit:
+            t = heapq.heappop(heap)
+            if t in live:
+                live.discard(t)
+                self._store.delete(self._encode(t))
+                yield t
+
+    def next_timestamp(self) -> int | None:
+        heap, live = self._heap, self._live
+        while heap and heap[0] not in live:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def pending(self) -> list[Timer]:
+        return sorted(self._live)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+
+def list_timers(store: CachedPartition, domain: str) -> list[Timer]:
+    """The pending timers of a step's store (committed and cached), for inspection."""
+    prefix = state_prefix(f"__timers.{domain}")
+    n = len(prefix)
+    return [(_TS.unpack_from(k, n)[0] - _BIAS, k[n + 8 : -1], k[-1])
+            for k, _ in store.iter_range(prefix, prefix_end(prefix))]

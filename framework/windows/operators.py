@@ -1,0 +1,281 @@
+"""Window operators: the logic of a window step for one task (no I/O).
+
+State layout in the step's store (keys are ``framework.state.keys`` layouts):
+
+- time windows: one accumulator per (key, window start) under ``win``;
+- sessions: the key's open sessions ``[[start, end, acc], ...]`` under ``sessions``;
+- count and global windows: the key's pending ``[count, acc or elements, min ts, max ts]``;
+- timers: the step's ``TimerService`` (``FIRE`` at ``end − 1``, ``CLEAN`` at ``end − 1 + L``).
+
+Lateness is Flink's, per window: a record joins each window whose cleanup time
+``end − 1 + L`` is after the watermark; joining a window that already fired re-emits it;
+a record with no such window goes to the late output. State is purged at cleanup time.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any
+
+from framework.operators.aggregate import require_key
+from framework.operators.basic import user_error
+from framework.state.keys import keyed, state_prefix
+from framework.time.timers import TimerService
+from framework.time.watermarks import NO_WATERMARK, checked
+from framework.windows.definitions import (
+    CountWindows,
+    GlobalWindows,
+    SessionWindows,
+    Window,
+    window_starts,
+)
+
+if TYPE_CHECKING:
+    from framework.engine.context import TaskContext
+    from framework.pipeline import steps as S
+
+FIRE, CLEAN = 0, 1
+_START = struct.Struct(">Q")
+_BIAS = 2**63
+_MISSING = object()
+
+
+def build_window(step: S.WindowStep, ctx: TaskContext, down: S.Push) -> S.Push:
+    spec = step.windows
+    if isinstance(spec, SessionWindows):
+        return _SessionOp(step, ctx, down).push
+    if isinstance(spec, (CountWindows, GlobalWindows)):
+        return _CountOp(step, ctx, down).push
+    return _TimeWindowOp(step, ctx, down).push
+
+
+class _WindowOp:
+    """What every window operator shares: state, key serdes, clocks, timers, emission."""
+
+    def __init__(self, step: S.WindowStep, ctx: TaskContext, down: S.Push, event: bool) -> None:
+        self.name = step.name
+        self.ctx = ctx
+        self.down = down
+        self.store = ctx.store(step.name)
+        self.ks, self.kd = step.key_serde.serialize, step.key_serde.deserialize
+        self.fn = step.function
+        self.event = event
+        self.lateness = step.allowed_lateness_ms if event else 0
+        self.early = step.early_firing
+        self.late = ctx.late_output(step)
+        if event:
+            self.clock = ctx.clock_for(step.name)
+            self.timers = TimerService(self.store, "event")
+            ctx.on_watermark(step.name, self._on_time)
+        else:
+            self.timers = TimerService(self.store, "processing")
+            ctx.on_processing_time(step.name, self._on_time)
+
+    def _now(self, ts: int) -> tuple[int, int]:
+        """(the record's window time, the operator's current watermark)."""
+        if self.event:
+            return checked(ts, self.name) if type(ts) is not int or ts < 0 else ts, self.clock.watermark
+        return self.ctx.now_ms(), NO_WATERMARK
+
+    def _on_time(self, limit: int) -> None:
+        for ts, kb, ns in self.timers.due(limit):
+            try:
+                self.fire(ts, kb, ns)
+            except Exception as exc:  # noqa: BLE001 - user code in the window function
+                self.ctx.timer_failed(self.name, ts, kb, exc)
+
+    def fire(self, ts: int, kb: bytes, ns: int) -> None:
+        raise NotImplementedError
+
+    def emit(self, key: Any, start: int, end: int, acc: Any, ts: int) -> None:
+        value = self.fn.result(key, Window(start, end), acc)
+        self.down(key, {"start": start, "end": end, "value": value}, ts)
+
+    def add(self, acc: Any, value: Any) -> Any:
+        try:
+            return self.fn.add(self.fn.init() if acc is _MISSING else acc, value)
+        except Exception as exc:
+            raise user_error(self.name, exc) from exc
+
+    def emit_now(self, key: Any, start: int, end: int, acc: Any, ts: int) -> None:
+        """Emission on a record's path: user errors are the record's."""
+        try:
+            value = self.fn.result(key, Window(start, end), acc)
+        except Exception as exc:
+            raise user_error(self.name, exc) from exc
+        self.down(key, {"start": start, "end": end, "value": value}, ts)
+
+
+class _TimeWindowOp(_WindowOp):
+    """Tumbling and sliding windows, on event or processing time."""
+
+    def __init__(self, step: S.WindowStep, ctx: TaskContext, down: S.Push) -> None:
+        spec = step.windows
+        super().__init__(step, ctx, down, spec.clock == "event")
+        self.size, self.slide, self.offset = spec.size_ms, spec.slide_ms, spec.offset_ms
+        self.prefix = state_prefix("win")
+
+    def push(self, k: Any, v: Any, ts: int) -> None:
+        if k is None:
+            require_key(k, self.name)
+        t, wm = self._now(ts)
+        kb = self.ks(k)
+        base = keyed(self.prefix, kb)
+        size, lateness, store, timers = self.size, self.lateness, self.store, self.timers
+        added = False
+        for start in window_starts(t, size, self.slide, self.offset):
+            end = start + size
+            if end - 1 + lateness <= wm:
+                continue
+            added = True
+            skey = base + _START.pack(start + _BIAS)
+            acc = store.get(skey, _MISSING)
+            new = acc is _MISSING
+            acc = self.add(acc, v)
+            store.put(skey, acc)
+            if end - 1 <= wm:  # fired already; within allowed lateness: an updated result
+                self.emit_now(k, start, end, acc, end - 1)
+            else:
+                if new:
+                    timers.register(end - 1, kb, FIRE)
+                if self.early:
+                    self.emit_now(k, start, end, acc, end - 1)
+            if new and lateness:
+                timers.register(end - 1 + lateness, kb, CLEAN)
+        if not added:
+            self.late(k, v, ts)
+
+    def fire(self, ts: int, kb: bytes, ns: int) -> None:
+        end = ts + 1 if ns == FIRE else ts + 1 - self.lateness
+        start = end - self.size
+        skey = keyed(self.prefix, kb) + _START.pack(start + _BIAS)
+        if ns == FIRE:
+            acc = self.store.get(skey, _MISSING)
+            if acc is not _MISSING:
+                self.emit(self.kd(kb), start, end, acc, end - 1)
+            if self.lateness:
+                return
+        self.store.delete(skey)
+
+
+class _SessionOp(_WindowOp):
+    """Session windows: per key a list of sessions, merged when a record bridges them."""
+
+    def __init__(self, step: S.WindowStep, ctx: TaskContext, down: S.Push) -> None:
+        spec = step.windows
+        super().__init__(step, ctx, down, spec.clock == "event")
+        self.gap = spec.gap_ms
+        self.prefix = state_prefix("sessions")
+        merge = step.function.merge
+        if merge is None:
+            raise ValueError("session windows need a merge function")
+        self.merge = merge
+
+    def push(self, k: Any, v: Any, ts: int) -> None:
+        if k is None:
+            require_key(k, self.name)
+        t, wm = self._now(ts)
+        kb = self.ks(k)
+        skey = keyed(self.prefix, kb)
+        sessions: list[list[Any]] = self.store.get(skey) or []
+        start, end = t, t + self.gap
+        keep, absorbed = [], []
+        for s in sessions:
+            (absorbed if s[0] <= end and s[1] >= start else keep).append(s)
+        for s in absorbed:
+            start, end = min(start, s[0]), max(end, s[1])
+        lateness = self.lateness
+        if end - 1 + lateness <= wm:
+            self.late(k, v, ts)
+            return
+        acc: Any = _MISSING
+        for s in absorbed:
+            self.timers.delete(s[1] - 1, kb, FIRE)
+            self.timers.delete(s[1] - 1 + lateness, kb, CLEAN)
+            try:
+                acc = s[2] if acc is _MISSING else self.merge(acc, s[2])
+            except Exception as exc:
+                raise user_error(self.name, exc) from exc
+        acc = self.add(acc, v)
+        keep.append([start, end, acc])
+        keep.sort(key=lambda s: s[0])
+        self.store.put(skey, keep)
+        if lateness:
+            self.timers.register(end - 1 + lateness, kb, CLEAN)
+        if end - 1 <= wm:
+            self.emit_now(k, start, end, acc, end - 1)
+            return
+        self.timers.register(end - 1, kb, FIRE)
+        if self.early:
+            self.emit_now(k, start, end, acc, end - 1)
+
+    def fire(self, ts: int, kb: bytes, ns: int) -> None:
+        skey = keyed(self.prefix, kb)
+        sessions: list[list[Any]] = self.store.get(skey) or []
+        end = ts + 1 if ns == FIRE else ts + 1 - self.lateness
+        kept = []
+        for s in sessions:
+            if s[1] != end:
+                kept.append(s)
+                continue
+            if ns == FIRE:
+                self.emit(self.kd(kb), s[0], s[1], s[2], end - 1)
+                if self.lateness:
+                    kept.append(s)
+        if kept:
+            self.store.put(skey, kept)
+        else:
+            self.store.delete(skey)
+
+
+class _CountOp:
+    """Count windows (tumbling, sliding) and global windows with a count trigger.
+
+    The result of a count window carries the timestamp of the record that completed it;
+    its ``start``/``end`` are the smallest timestamp and the largest + 1 of its records.
+    """
+
+    def __init__(self, step: S.WindowStep, ctx: TaskContext, down: S.Push) -> None:
+        spec = step.windows
+        self.name, self.down, self.fn = step.name, down, step.function
+        self.store = ctx.store(step.name)
+        self.ks = step.key_serde.serialize
+        self.prefix = state_prefix("count")
+        if isinstance(spec, GlobalWindows):
+            self.size, self.every, self.purge, self.keep_elements = None, spec.trigger.count, False, False
+        else:
+            slide = spec.slide
+            self.size, self.every = spec.size, slide or spec.size
+            self.purge, self.keep_elements = slide is None, slide is not None
+
+    def push(self, k: Any, v: Any, ts: int) -> None:
+        if k is None:
+            require_key(k, self.name)
+        skey = keyed(self.prefix, self.ks(k))
+        st = self.store.get(skey)
+        n, acc, lo, hi = st if st is not None else (0, None, ts, ts)
+        n, lo, hi = n + 1, min(lo, ts), max(hi, ts)
+        fn = self.fn
+        try:
+            if self.keep_elements:  # sliding: the last `size` elements, folded when firing
+                acc = [*(acc or ()), (ts, v)][-self.size:]
+            else:
+                acc = fn.add(fn.init() if st is None else acc, v)
+            if n % self.every:
+                self.store.put(skey, (n, acc, lo, hi))
+                return
+            if self.keep_elements:
+                lo, hi = min(t for t, _ in acc), max(t for t, _ in acc)
+                folded = fn.init()
+                for _, e in acc:
+                    folded = fn.add(folded, e)
+                value = fn.result(k, Window(lo, hi + 1), folded)
+            else:
+                value = fn.result(k, Window(lo, hi + 1), acc)
+        except Exception as exc:
+            raise user_error(self.name, exc) from exc
+        if self.purge:
+            self.store.delete(skey)
+        else:
+            self.store.put(skey, (n, acc, lo, hi))
+        self.down(k, {"start": lo, "end": hi + 1, "value": value}, ts)
