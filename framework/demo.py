@@ -97,13 +97,15 @@ def run_demo(bootstrap: str, records: int, *, sensors: int = 8, keep_topics: boo
     source = pipeline.sources()[0].topic
     sinks = {t.name: t for t in pipeline.sink_topics()}
     means_topic, alerts_topic = sinks[f"sensor-means{suffix}"], sinks[f"sensor-alerts{suffix}"]
+    windows_topic = sinks[f"sensor-minute-means{suffix}"]
     with tempfile.TemporaryDirectory(prefix="fw-demo-state-") as state_dir:
         config = Config.load(kafka={"bootstrap_servers": bootstrap}, state={"dir": state_dir})
         security = dict(config.kafka.security)
         ensure_service_topics(pipeline, config.kafka.client_settings())
         try:
-            yield from _run(pipeline, config, source, means_topic, alerts_topic,
-                            make_readings(records, sensors, seed), sensors, module.RISE_C)
+            readings = make_readings(records, sensors, seed)
+            yield from _run(pipeline, config, source, means_topic, alerts_topic, readings, sensors, module.RISE_C)
+            yield from _check_windows(config, windows_topic, readings, module.WINDOW_MS)
         finally:
             if not keep_topics:
                 delete_topics(bootstrap, _topics_of(pipeline), extra=security)
@@ -172,3 +174,30 @@ def _run(pipeline: Pipeline, config: Config, source: Topic, means_topic: Topic,
             f"the outputs of {pipeline.name} differ from a direct computation for {wrong}")
     yield ("check: readings, means and alerts equal a direct computation over the produced "
            f"readings (alert: a rise of more than {rise:g} °C over the sensor's previous one)")
+
+
+def expected_window_means(readings: list[dict[str, Any]], window_ms: int) -> dict[tuple[str, int], float]:
+    """Per (sensor, window start), the mean temperature, computed directly."""
+    temps: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for r in readings:
+        temps[(r["id"], r["timestamp"] - r["timestamp"] % window_ms)].append(r["temperature"])
+    return {k: math.fsum(t) / len(t) for k, t in temps.items()}
+
+
+def _check_windows(config: Config, topic: Topic, readings: list[dict[str, Any]], window_ms: int) -> Iterator[str]:
+    """The event-time minute means that fired equal a direct computation; windows still open
+    when the demo stopped (the watermark had not passed them) have not fired."""
+    bootstrap, security = config.kafka.bootstrap_servers, dict(config.kafka.security)
+    key_de = topic.key_serde.bind(topic.name, True).deserialize
+    value_de = topic.value_serde.bind(topic.name, False).deserialize
+    fired = {}
+    for kb, vb in read_committed(bootstrap, topic.name, None, 60.0, extra=security):
+        result = value_de(vb)
+        fired[(key_de(kb), result["start"])] = result["value"]
+    expected = expected_window_means(readings, window_ms)
+    wrong = [w for w, mean in fired.items() if w not in expected or not math.isclose(mean, expected[w], rel_tol=1e-9)]
+    if wrong or not fired:
+        raise FrameworkError(f"event-time minute means differ from a direct computation for {wrong[:5]}"
+                             if wrong else f"no minute window fired in {topic.name}")
+    yield (f"check: the {len(fired)} one-minute event-time means that fired (of {len(expected)} windows) "
+           f"equal a direct computation")

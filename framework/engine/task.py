@@ -25,7 +25,7 @@ from framework.time.clock import WATERMARK_HEADER, Input, TaskClock, control_hea
 from framework.time.watermarks import NO_WATERMARK
 
 log = logging.getLogger("framework.task")
-Handler = Callable[[InputRecord], None]
+Handler = Callable[[InputRecord], bool | None]  # True: the record was a watermark control record
 
 
 def _wall_ms() -> int:
@@ -126,16 +126,17 @@ class Task:
         kd, vd, ctx, decode, on_control = key_serde.deserialize, value_serde.deserialize, self.ctx, self._decode, \
             self.time.on_control
 
-        def handle(msg: InputRecord) -> None:
+        def handle(msg: InputRecord) -> bool | None:
             ctx.current = msg
             if fed is not None and msg.key() is None and msg.value() is None:
                 for name, value in msg.headers() or ():
                     if name == WATERMARK_HEADER:
                         on_control(fed, value)
-                        return
+                        return True
             k, v = decode(step, kd, vd, msg)
             ts = msg.timestamp()[1]
             down(k, v, ts if assign is None else assign(v, ts))
+            return None
 
         return handle
 
@@ -220,9 +221,10 @@ class Task:
 
     # -- records -------------------------------------------------------------------------
 
-    def handle(self, msg: InputRecord) -> None:
-        """Process one record; a record error goes to the dead-letter topic (policy: dead_letter)."""
-        self.handlers[msg.topic()](msg)
+    def handle(self, msg: InputRecord) -> bool | None:
+        """Process one record (True: it was a watermark control record). A record error is
+        raised for the caller to dead-letter or stop on."""
+        return self.handlers[msg.topic()](msg)
 
     def dead_letter(self, msg: InputRecord, error: RecordError) -> None:
         """Send the original bytes with their coordinates and the error to the dead-letter topic."""

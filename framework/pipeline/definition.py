@@ -157,7 +157,9 @@ class Pipeline:
         return names
 
     def sink_topics(self) -> list[Topic]:
-        return [s.topic for s in self.steps.values() if isinstance(s, S.Sink)]
+        """Every topic the service writes records to: its sinks and its windows' late topics."""
+        topics = [s.topic for s in self.steps.values() if isinstance(s, S.Sink)]
+        return topics + [s.late for s in self.steps.values() if isinstance(s, S.WindowStep) and s.late is not None]
 
     def describe(self) -> str:
         lines = [f"pipeline {self.name}"]

@@ -117,7 +117,8 @@ class Service:
                 continue
             handler, task = route
             try:
-                handler(msg)
+                if handler(msg):
+                    continue  # a watermark control record, not a record
             except RecordError as err:
                 if fail:
                     raise

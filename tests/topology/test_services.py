@@ -13,7 +13,8 @@ from framework.testing import TestDriver, TestRecord
 from services.even_odd.pipeline import pipeline as even_odd
 from services.hashtags.pipeline import hashtags as extract_hashtags
 from services.hashtags.pipeline import pipeline as hashtags
-from services.sensors.pipeline import RISE_C, build_pipeline
+from framework.demo import expected_window_means
+from services.sensors.pipeline import BOUND_MS, RISE_C, WINDOW_MS, build_pipeline
 from services.sensors.pipeline import pipeline as sensors
 
 
@@ -188,3 +189,28 @@ def test_sensor_means_and_alerts_equal_a_direct_computation(partitions: int) -> 
     )
     assert alerts == sorted(expected_alerts)
     assert expected_alerts  # the data does contain rises
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_sensor_minute_means_on_event_time_equal_a_direct_computation(partitions: int) -> None:
+    """Readings out of order within the bound: every minute window fires once the watermark
+    passes it, with the mean of exactly its readings; none is late."""
+    rng = random.Random(11)
+    base = 1_700_000_000_000
+    readings = [_reading(f"sensor-{rng.randrange(5)}", base + i * 250 + rng.randrange(BOUND_MS), 20.0 + i % 7)
+                for i in range(3000)]
+    readings.sort(key=lambda r: r["timestamp"] + rng.randrange(BOUND_MS))  # disorder below the bound
+    driver = TestDriver(build_pipeline("-w"), partitions=partitions)
+    for r in readings:
+        driver.pipe("readings-w", r, key=r["id"])
+    driver.advance_watermark(base + 10**7)
+
+    fired = {(rec.key, rec.value["start"]): (rec.value["end"], rec.timestamp, rec.value["value"])
+             for rec in driver.output("sensor-minute-means-w")}
+    expected = expected_window_means(readings, WINDOW_MS)
+    assert set(fired) == set(expected)
+    for (sensor, start), (end, ts, mean) in fired.items():
+        assert (end, ts) == (start + WINDOW_MS, start + WINDOW_MS - 1)
+        assert mean == pytest.approx(expected[(sensor, start)])
+    assert driver.output("late-readings-w") == []
+    assert len(driver.output("sensor-minute-means-w")) == len(expected)  # each window fired once
