@@ -142,8 +142,8 @@ class Service:
             for task in self.tasks.values():
                 task.close()
             self.backend.close_all()
-            log.info("service %s instance %s stopped after %d records", self.pipeline.name,
-                     self.instance_id, self.records_processed)
+            log.info("service %s instance %s stopped after %d records%s", self.pipeline.name,
+                     self.instance_id, self.records_processed, _counters(self.tasks.values()))
 
     # -- assignment ----------------------------------------------------------------------
 
@@ -200,6 +200,15 @@ class Service:
             task = self.tasks.pop(p, None)
             if task is not None:
                 task.close()
+
+
+def _counters(tasks: Any) -> str:
+    """``; late_records.<step>=n, ...`` summed over ``tasks`` (empty when nothing was counted)."""
+    total: dict[str, int] = {}
+    for task in tasks:
+        for name, n in task.ctx.counters.items():
+            total[name] = total.get(name, 0) + n
+    return "".join(f"; {name}={n}" for name, n in sorted(total.items()))
 
 
 def run_service(pipeline: Pipeline, config: Config | None = None, instance_id: str | None = None) -> None:
