@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from framework.errors import RecordCoordinates
+from framework.errors import RecordCoordinates, SerializationError
 from framework.state.cache import CachedPartition
 from framework.time.clock import Clock, TaskClock
 
@@ -94,7 +94,13 @@ class TaskContext:
 
         def send(k: Any, v: Any, ts: int) -> None:
             self.count(metric)
-            produce(name, None if k is None else ks(k), None if v is None else vs(v), ts)
+            try:
+                kb, vb = None if k is None else ks(k), None if v is None else vs(v)
+            except Exception as exc:
+                raise SerializationError(f"cannot encode the late record for {name!r}: {type(exc).__name__}: {exc}",
+                                         None, step.name, fix=f"give the late topic serdes that fit the step's "
+                                         f"input: late=Topic({name!r}, key_serde=..., value_serde=...)") from exc
+            produce(name, kb, vb, ts)
 
         return send
 
