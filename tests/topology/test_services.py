@@ -11,6 +11,8 @@ import pytest
 
 from framework.testing import TestDriver, TestRecord
 from services.even_odd.pipeline import pipeline as even_odd
+from services.fire_alarm.pipeline import WITHIN_MS as FIRE_WITHIN_MS
+from services.fire_alarm.pipeline import pipeline as fire_alarm
 from services.hashtags.pipeline import hashtags as extract_hashtags
 from services.hashtags.pipeline import pipeline as hashtags
 from framework.demo import expected_window_means
@@ -214,3 +216,33 @@ def test_sensor_minute_means_on_event_time_equal_a_direct_computation(partitions
         assert mean == pytest.approx(expected[(sensor, start)])
     assert driver.output("late-readings-w") == []
     assert len(driver.output("sensor-minute-means-w")) == len(expected)  # each window fired once
+
+
+# -- fire alarm ----------------------------------------------------------------------------
+
+
+def _event(location: str, kind: str, ts: int, celsius: float = 20.0) -> dict[str, Any]:
+    return {"location": location, "kind": kind, "celsius": celsius, "ts": ts}
+
+
+def test_fire_alarm_alerts_only_for_smoke_within_ten_minutes_of_a_high_temperature() -> None:
+    driver = TestDriver(fire_alarm)
+    minute = 60_000
+    driver.pipe("sensor-events", _event("hall", "temperature", 0, celsius=70), key="hall")
+    driver.pipe("sensor-events", _event("hall", "smoke", 9 * minute), key="hall")  # within 10 minutes
+    assert [(r.key, r.value["smoke_at"]) for r in driver.output("fire-alarms")] == [("hall", 9 * minute)]
+    assert driver.timers("fire-alarm") == [(FIRE_WITHIN_MS, "hall")]  # pending: watermark 8.5 min
+    assert driver.state("fire-alarm", "hall", state="hot_at") == 0
+
+    for e in [
+        _event("lab", "temperature", 10 * minute, celsius=30),
+        _event("lab", "smoke", 11 * minute),             # no high temperature: nothing
+        _event("attic", "temperature", 12 * minute, celsius=80),
+        _event("attic", "smoke", 23 * minute),           # 11 minutes later: too late
+    ]:
+        driver.pipe("sensor-events", e, key=e["location"])
+    assert len(driver.output("fire-alarms")) == 1
+    # Both timers fired once the watermark passed them, and forgot the high temperatures.
+    assert driver.timers("fire-alarm") == []
+    assert driver.state("fire-alarm", "hall", state="hot_at") is None
+    assert driver.state("fire-alarm", "attic", state="hot_at") is None
