@@ -157,3 +157,97 @@ class Tail:
     def close(self) -> None:
         self._c.close()
 
+
+
+# -- event time: records to chosen partitions, committed offsets, committed timers ----------
+
+def produce_to_partitions(bootstrap: str, topic: str,
+                          records: Iterable[tuple[int, bytes | None, bytes | None]]) -> int:
+    """Produce ``(partition, key, value)`` records, each to its partition, in order within it."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    n = 0
+    for partition, key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        n += 1
+    assert producer.flush(60) == 0
+    return n
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The consumer group's committed next offset of each partition of ``topic``; 0 where it
+    committed none (services start at the earliest offset)."""
+    from confluent_kafka import TopicPartition
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    tps = [TopicPartition(topic, p) for p in md.topics[topic].partitions]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp.partition: max(tp.offset, 0) for tp in consumer.committed(tps, timeout=10)}
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """The high watermark of each partition of ``topic``."""
+    from confluent_kafka import TopicPartition
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{time.time_ns()}"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in md.topics[topic].partitions}
+    finally:
+        consumer.close()
+
+
+def committed_timers(bootstrap: str, service: str, step: str) -> list[tuple[int, bytes]]:
+    """The event-time timers ``(timestamp, key bytes)`` pending in the committed changelog of
+    ``step`` of ``service``: what a restarted task restores."""
+    from framework.state.cache import CachedPartition
+    from framework.state.memory import MemoryBackend
+    from framework.state.restore import apply_changelog
+    from framework.time.timers import list_timers
+
+    backend = MemoryBackend()
+    by_partition: dict[int, list[Record]] = {}
+    for r in read_topic(bootstrap, f"{service}-{step}-changelog"):
+        by_partition.setdefault(r.partition, []).append(r)
+    timers: list[tuple[int, bytes]] = []
+    for p, records in by_partition.items():
+        store = backend.open(service, step, p)
+        apply_changelog(store, ((r.offset, r.key or b"", r.value) for r in records))
+        timers += [(ts, key) for ts, key, _ in list_timers(CachedPartition(store), "event")]
+    return sorted(timers)
+
+
+class Tails:
+    """One read_committed reader over several topics, keeping each topic's visible records."""
+
+    def __init__(self, bootstrap: str, topics: Iterable[str]) -> None:
+        self.records: dict[str, list[Record]] = {t: [] for t in topics}
+        self._c = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"tails-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+        })
+        self._c.subscribe(list(self.records))
+
+    def drain(self) -> int:
+        """Read what is visible now; return the total count over the topics."""
+        while True:
+            msgs = self._c.consume(10_000, 0.5)
+            for msg in msgs:
+                if msg.error() is None:
+                    headers = {k: v for k, v in (msg.headers() or [])}
+                    self.records[msg.topic()].append(
+                        Record(msg.partition(), msg.offset(), msg.key(), msg.value(), headers))
+            if not msgs:
+                return sum(len(r) for r in self.records.values())
+
+    def close(self) -> None:
+        self._c.close()

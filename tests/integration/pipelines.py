@@ -102,3 +102,141 @@ def two_drivers() -> Pipeline:
     kept.key_by(lambda t: t["band"], name="by-band") \
         .aggregate(lambda: (0, 0), add, name="bands").to(Topic(f"td-bands-{s}"), name="to-bands")
     return p
+
+
+# -- event time: every window kind, a fire alarm, a fast and a slow upstream task -----------
+
+from framework import (  # noqa: E402
+    CountTrigger,
+    CountWindows,
+    GlobalWindows,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+    WatermarkStrategy,
+)
+from framework.pipeline import Stream  # noqa: E402
+
+ET_BOUND_MS = 200  # out-of-orderness bound of the event-time sources
+ET_GROUPS = 5  # readings are regrouped (key_by) into this many groups
+
+
+def _reading_source(p: Pipeline, topic: str, partitions: int, bound_ms: int) -> Stream:
+    """Values with an event timestamp ``ts``; a value with ``"flush"`` only moves the watermark."""
+    src = p.source(Topic(topic, key_serde=StringSerde(), value_serde=JsonSerde(), partitions=partitions),
+                   watermarks=WatermarkStrategy.bounded_out_of_orderness(bound_ms, timestamp="ts"), name="in")
+    return src.filter(lambda r: not r.get("flush"), name="readings")
+
+
+def _count_sum(acc: list[int], r: dict[str, Any]) -> list[int]:
+    return [acc[0] + 1, acc[1] + r["v"]]
+
+
+def _merge_count_sum(a: list[int], b: list[int]) -> list[int]:
+    return [a[0] + b[0], a[1] + b[1]]
+
+
+class OnTimeOnly(ProcessFunction):
+    """Drops the records that are late at the source (timestamp <= the partition's watermark).
+
+    What remains is never behind a watermark its upstream task has sent downstream, so the
+    windows after a key_by see, in either driver, the same records before they fire."""
+
+    def process(self, key: Any, value: Any, ctx: ProcessContext) -> None:
+        if ctx.timestamp > ctx.watermark:
+            ctx.emit(value)
+
+
+def event_time_windows() -> Pipeline:
+    """Readings {"sensor", "ts", "v"} keyed by sensor (4 partitions), into every window kind.
+
+    On the source key: tumbling (count, sum; late records to a topic), sliding (sum, with
+    allowed lateness), session (count, sum), count tumbling (max), count sliding (the values)
+    and global with a count trigger (count). After ``key_by`` group (so watermarks cross a
+    repartition topic): tumbling (the sorted values) and sliding (count), on the records that
+    were on time at the source.
+    """
+    s = _suffix()
+    p = Pipeline(f"etw-{s}", partitions=4)
+    readings = _reading_source(p, f"etw-in-{s}", 4, ET_BOUND_MS)
+
+    def out(name: str) -> Topic:
+        return Topic(f"etw-{name}-{s}")
+
+    readings.window(TumblingWindows(1_000), late=Topic(f"etw-late-{s}", key_serde=StringSerde())) \
+        .aggregate(lambda: [0, 0], _count_sum, name="tumbling").to(out("tumbling"), name="to-tumbling")
+    readings.window(SlidingWindows(2_000, 500), allowed_lateness_ms=ET_BOUND_MS) \
+        .sum(lambda r: r["v"], name="sliding").to(out("sliding"), name="to-sliding")
+    readings.window(SessionWindows(300)) \
+        .aggregate(lambda: [0, 0], _count_sum, merge=_merge_count_sum, name="session") \
+        .to(out("session"), name="to-session")
+    readings.window(CountWindows(5)).reduce(lambda a, b: a if a["v"] >= b["v"] else b, name="count") \
+        .to(out("count"), name="to-count")
+    readings.window(CountWindows(6, slide=2)) \
+        .apply(lambda k, w, els: [e["v"] for e in els], name="count-sliding") \
+        .to(out("count-sliding"), name="to-count-sliding")
+    readings.window(GlobalWindows(CountTrigger(7))).count(name="global").to(out("global"), name="to-global")
+    grouped = readings.process(OnTimeOnly(), name="on-time") \
+        .key_by(lambda r: f"g{int(r['sensor'][1:]) % ET_GROUPS}", name="by-group")
+    grouped.window(TumblingWindows(2_000)) \
+        .apply(lambda k, w, els: sorted(e["v"] for e in els), name="group-tumbling") \
+        .to(out("group-tumbling"), name="to-group-tumbling")
+    grouped.window(SlidingWindows(3_000, 1_000)).count(name="group-sliding") \
+        .to(out("group-sliding"), name="to-group-sliding")
+    return p
+
+
+ALARM_WINDOW_MS = 10 * 60_000  # a high temperature is pending for 10 minutes of event time
+HIGH_TEMPERATURE = 60
+ALARM_BOUND_MS = 1_000
+
+
+class FireAlarm(ProcessFunction):
+    """Per location: a high temperature is pending until the watermark passes 10 minutes
+    after it, when an event-time timer expires it and emits {"expired": location}; smoke
+    while one is pending is an alert. Value state: the pending high temperature's time."""
+
+    def open(self, ctx: ProcessContext) -> None:
+        self.high = ctx.value_state("high")
+
+    def process(self, key: Any, value: Any, ctx: ProcessContext) -> None:
+        pending = self.high.get()
+        if value["kind"] == "temperature" and value["celsius"] >= HIGH_TEMPERATURE:
+            if pending is not None:
+                ctx.delete_event_timer(pending + ALARM_WINDOW_MS)
+            self.high.set(ctx.timestamp)
+            ctx.register_event_timer(ctx.timestamp + ALARM_WINDOW_MS)
+        elif value["kind"] == "smoke" and pending is not None:
+            ctx.delete_event_timer(pending + ALARM_WINDOW_MS)
+            self.high.clear()
+            ctx.emit({"alert": key, "high": pending, "smoke": ctx.timestamp})
+
+    def on_timer(self, timestamp: int, key: Any, ctx: ProcessContext) -> None:
+        """Every firing is visible in the output, so a timer that fired twice would show."""
+        ctx.emit({"expired": key, "high": self.high.get(), "at": timestamp})
+        self.high.clear()
+
+
+def fire_alarm() -> Pipeline:
+    """Sensor events {"kind": "temperature"|"smoke"|"tick", "ts", "celsius"?} keyed by
+    location (2 partitions) -> ``FireAlarm`` (step ``alarm``) -> ``fa-out-<suffix>``."""
+    s = _suffix()
+    p = Pipeline(f"fa-{s}", partitions=2)
+    events = p.source(Topic(f"fa-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2),
+                      watermarks=WatermarkStrategy.bounded_out_of_orderness(ALARM_BOUND_MS, timestamp="ts"),
+                      name="in")
+    events.filter(lambda e: e["kind"] != "tick", name="sensors").process(FireAlarm(), name="alarm") \
+        .to(Topic(f"fa-out-{s}"), name="to-out")
+    return p
+
+
+def fast_and_slow() -> Pipeline:
+    """Readings {"sensor", "group", "ts", "v"} (2 partitions) -> key_by group -> event-time
+    tumbling windows (count, sum) -> ``fs-out-<suffix>``; late records -> ``fs-late-<suffix>``."""
+    s = _suffix()
+    p = Pipeline(f"fs-{s}", partitions=2)
+    _reading_source(p, f"fs-in-{s}", 2, ET_BOUND_MS) \
+        .key_by(lambda r: r["group"], name="by-group") \
+        .window(TumblingWindows(1_000), late=f"fs-late-{s}") \
+        .aggregate(lambda: [0, 0], _count_sum, name="windows").to(Topic(f"fs-out-{s}"), name="to-out")
+    return p
