@@ -1,7 +1,7 @@
 """Two-input keyed joins on event time: interval join and window join (Flink semantics).
 
 Both keep each side's records per key in the step's store and purge them with event-time
-timers, so state stays bounded; a record already behind the step's watermark is late:
+timers, so state stays bounded; a record at or behind the step's watermark is late:
 counted (``late_records.<step>``) and not joined.
 """
 
@@ -44,7 +44,10 @@ def build_interval_join(step: S.IntervalJoin, ctx: TaskContext, down: S.Push) ->
             if k is None:
                 require_key(k, name)
             ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
-            if ts < clock.watermark:
+            # Late at <= W, as in windows: W has purged the records kept until W (a left one at
+            # W - upper), which a record at W would still match, so it could join only some of
+            # its partners. Flink's IntervalJoinOperator accepts it and silently misses them.
+            if ts <= clock.watermark:
                 late(k, v, ts)
                 return
             kb = ks(k)
