@@ -1,0 +1,211 @@
+"""The ceiling: a plain confluent-kafka consume -> produce loop with no framework.
+
+Same serde (fastavro schemaless), same consumer settings (read_committed, batches of 5000),
+same producer settings, and the same guarantee machinery: exactly_once commits a
+transaction with the input offsets every commit interval, at_least_once flushes and then
+commits the offsets. State lives in Python dicts only: no changelog, no RocksDB, nothing
+survives a crash. W3/W4 keep per-partition watermarks (max timestamp - bound - 1) and fire
+windows at the end of each batch, so it is also a lower bound on what event time costs.
+
+Run with the project's venv and the BENCH_* variables of ``benchmarks/common.py``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import signal
+import sys
+import time
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import fastavro  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+
+from benchmarks.common import BOUND_MS, GAP_MS, OUTPUT_SCHEMA, WINDOW_MS, keep, mapped, schema, settings  # noqa: E402
+
+_stop = False
+
+
+def _on_signal(*_: Any) -> None:
+    global _stop
+    _stop = True
+
+
+def main() -> None:
+    s = settings()
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    in_schema = fastavro.parse_schema(schema("event"))
+    out_schema = fastavro.parse_schema(schema(OUTPUT_SCHEMA[s.workload]))
+    reader, writer = fastavro.schemaless_reader, fastavro.schemaless_writer
+
+    def decode(b: bytes) -> Any:
+        return reader(BytesIO(b), in_schema)
+
+    def encode(v: Any) -> bytes:
+        buf = BytesIO()
+        writer(buf, out_schema, v)
+        return buf.getvalue()
+
+    consumer = Consumer({
+        "bootstrap.servers": s.bootstrap, "group.id": s.group, "enable.auto.commit": False,
+        "enable.auto.offset.store": False, "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+        "partition.assignment.strategy": "range",
+    })
+    pconf: dict[str, Any] = {"bootstrap.servers": s.bootstrap, "enable.idempotence": True, "acks": "all",
+                             "linger.ms": 5, "partitioner": "murmur2_random", "compression.type": "lz4",
+                             "queue.buffering.max.messages": 500_000}
+    if s.exactly_once:
+        pconf["transactional.id"] = f"{s.group}-raw"
+    producer = Producer(pconf)
+    if s.exactly_once:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+    consumer.subscribe([s.input])
+    produce, out = producer.produce, s.output
+    positions: dict[int, int] = {}
+
+    def send(k: str, v: Any, ts: int) -> None:
+        while True:
+            try:
+                produce(out, key=k.encode(), value=encode(v), timestamp=ts)
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    # -- workloads: process(key, value, ts, partition); fire(partition) after each batch ----
+    acc: dict[str, list[int]] = {}
+    maxts: dict[int, int] = {}
+    windows: dict[tuple[str, int], list[int]] = {}            # W3: (key, start) -> [count, sum]
+    sessions: dict[str, list[list[int]]] = {}                  # W4: key -> [[start, end, count, sum]]
+    due: dict[int, list[tuple[int, str, int]]] = {}            # partition -> heap of (end, key, start)
+
+    def w1(k: str, v: dict, ts: int, p: int) -> None:
+        if keep(v["value"]):
+            send(k, {"key": v["key"], "value": mapped(v["value"]), "ts": v["ts"]}, ts)
+
+    def w2(k: str, v: dict, ts: int, p: int) -> None:
+        a = acc.get(k)
+        if a is None:
+            a = acc[k] = [0, 0]
+        a[0] += 1
+        a[1] += v["value"]
+        send(k, {"count": a[0], "sum": a[1]}, ts)
+
+    def w3(k: str, v: dict, ts: int, p: int) -> None:
+        t = v["ts"]
+        m = maxts.get(p, -(2**62))
+        wm = m - BOUND_MS - 1
+        start = t - t % WINDOW_MS
+        end = start + WINDOW_MS
+        if end - 1 <= wm:
+            return  # late
+        w = windows.get((k, start))
+        if w is None:
+            w = windows[(k, start)] = [0, 0]
+            heapq.heappush(due.setdefault(p, []), (end, k, start))
+        w[0] += 1
+        w[1] += v["value"]
+        if t > m:
+            maxts[p] = t
+
+    def fire3(p: int) -> None:
+        wm = maxts.get(p, -(2**62)) - BOUND_MS - 1
+        heap = due.get(p)
+        while heap and heap[0][0] - 1 <= wm:
+            end, k, start = heapq.heappop(heap)
+            c, total = windows.pop((k, start))
+            send(k, {"start": start, "end": end, "value": total / c}, end - 1)
+
+    def w4(k: str, v: dict, ts: int, p: int) -> None:
+        t = v["ts"]
+        m = maxts.get(p, -(2**62))
+        wm = m - BOUND_MS - 1
+        start, end = t, t + GAP_MS
+        keep_, c, total = [], 1, v["value"]
+        for sess in sessions.get(k, ()):
+            if sess[0] <= end and sess[1] >= start:
+                start, end = min(start, sess[0]), max(end, sess[1])
+                c += sess[2]
+                total += sess[3]
+            else:
+                keep_.append(sess)
+        if end - 1 <= wm:
+            return  # late
+        keep_.append([start, end, c, total])
+        sessions[k] = keep_
+        heapq.heappush(due.setdefault(p, []), (end, k, start))
+        if t > m:
+            maxts[p] = t
+
+    def fire4(p: int) -> None:
+        wm = maxts.get(p, -(2**62)) - BOUND_MS - 1
+        heap = due.get(p)
+        while heap and heap[0][0] - 1 <= wm:
+            end, k, start = heapq.heappop(heap)
+            kept, fired = [], None
+            for sess in sessions.get(k, ()):
+                if fired is None and sess[0] == start and sess[1] == end:
+                    fired = sess
+                else:
+                    kept.append(sess)
+            if fired is None:
+                continue  # merged into a later session since: a stale heap entry
+            if kept:
+                sessions[k] = kept
+            else:
+                sessions.pop(k, None)
+            send(k, {"start": start, "end": end, "value": {"count": fired[2], "sum": fired[3]}}, end - 1)
+
+    process = {"w1": w1, "w2": w2, "w3": w3, "w4": w4}[s.workload]
+    fire = {"w3": fire3, "w4": fire4}.get(s.workload)
+
+    def commit() -> None:
+        if not positions:
+            return
+        offsets = [TopicPartition(s.input, p, o) for p, o in positions.items()]
+        if s.exactly_once:
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(30)
+            producer.begin_transaction()
+        else:
+            producer.flush(30)
+            consumer.commit(offsets=offsets, asynchronous=False)
+
+    interval = s.commit_ms / 1000
+    next_commit = time.monotonic() + interval
+    dirty = False
+    while not _stop:
+        msgs = consumer.consume(5000, 0.1)
+        touched = set()
+        for msg in msgs:
+            if msg.error() is not None:
+                continue
+            p = msg.partition()
+            kb = msg.key()
+            process(kb.decode(), decode(msg.value()), msg.timestamp()[1], p)
+            positions[p] = msg.offset() + 1
+            touched.add(p)
+        if fire is not None:
+            for p in touched:
+                fire(p)
+        if msgs:
+            dirty = True
+            producer.poll(0)
+        if time.monotonic() >= next_commit:
+            if dirty:
+                commit()
+                dirty = False
+            next_commit = time.monotonic() + interval
+    if dirty:
+        commit()
+    producer.flush(30)
+    consumer.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,758 @@
+"""The benchmark suite: every system, every workload, both guarantees, on one broker and one
+data set, in one run. Started by ``benchmarks/run`` (which bootstraps what it needs); see
+benchmarks/README.md. Not part of the test suite.
+
+Per run:
+  1. generate the data once (Avro ``bench.Event`` records, 10,000 keys, event time with
+     bounded disorder, one far-future sentinel per partition that closes every window) and
+     produce it to a 4-partition input topic;
+  2. compute the expected results in plain Python (the reference);
+  3. throughput phase: each (system, workload, guarantee) consumes the whole backlog with a
+     fresh consumer group and output topic; we sample the group's committed offsets, the
+     output topic's end offsets, and CPU time and memory of the system's processes;
+     its output is read back (read_committed), reduced and compared with the reference;
+  4. latency phase: each (system, workload, guarantee) on a fresh topic fed at a fixed rate
+     (half the framework's best throughput for that workload and guarantee); a separate
+     read_committed consumer notes when each output becomes visible;
+  5. results as JSON in benchmarks/results/, then docs/benchmarks.md and the plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import fastavro  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from benchmarks.common import (  # noqa: E402
+    AVRO_DIR, BOUND_MS, GAP_MS, GUARANTEES, KEYS, MAX_JITTER_MS, OUTPUT_SCHEMA, RECORDS_PER_2MS,
+    SENTINEL_AHEAD_MS, SENTINEL_KEY, WINDOW_MS, WORKLOADS, keep, mapped, schema,
+)
+
+BENCH = ROOT / "benchmarks"
+RESULTS = BENCH / "results"
+PARTITIONS = 4
+BASE_TS = 1_700_000_000_000  # fixed event-time origin (even), so runs are reproducible
+SYSTEMS = ("fw-1", "fw-n", "quix", "kstreams", "raw")
+SYSTEM_NAMES = {
+    "fw-1": "this framework, 1 process",
+    "fw-n": "this framework, 1 process per core",
+    "quix": "Quix Streams",
+    "kstreams": "Kafka Streams",
+    "raw": "raw confluent-kafka loop (ceiling)",
+}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PY = str(ROOT / ".venv" / "bin" / "python")
+QUIX_PY = str(BENCH / ".venv-quix" / "bin" / "python")
+KS_DIR = BENCH / "kstreams"
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --- data -------------------------------------------------------------------------------
+
+def generate(n: int, seed: int = 42) -> list[tuple[str, int, int]]:
+    """``n`` events (key, value, ts): 10,000 keys, event time advancing 2 ms every 20 records,
+    each ts up to 998 ms behind its position (even timestamps throughout)."""
+    rng = random.Random(seed)
+    keys = [f"k{i:04d}" for i in range(KEYS)]
+    out = []
+    for i in range(n):
+        nominal = BASE_TS + 2 * (i // RECORDS_PER_2MS)
+        out.append((keys[rng.randrange(KEYS)], rng.randrange(1000), nominal - 2 * rng.randrange(MAX_JITTER_MS // 2 + 1)))
+    return out
+
+
+class Avro:
+    def __init__(self, name: str) -> None:
+        self.parsed = fastavro.parse_schema(schema(name))
+
+    def encode(self, v: Any) -> bytes:
+        buf = BytesIO()
+        fastavro.schemaless_writer(buf, self.parsed, v)
+        return buf.getvalue()
+
+    def decode(self, b: bytes) -> Any:
+        return fastavro.schemaless_reader(BytesIO(b), self.parsed)
+
+
+def produce_backlog(bootstrap: str, topic: str, events: list[tuple[str, int, int]]) -> None:
+    enc = Avro("event").encode
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 20,
+                  "partitioner": "murmur2_random", "compression.type": "lz4",
+                  "queue.buffering.max.messages": 1_000_000})
+    errors: list[Any] = []
+
+    def dr(err: Any, _m: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    def put(**kw: Any) -> None:
+        while True:
+            try:
+                p.produce(topic, on_delivery=dr, **kw)
+                return
+            except BufferError:
+                p.poll(0.05)
+
+    for i, (k, v, ts) in enumerate(events):
+        put(key=k.encode(), value=enc({"key": k, "value": v, "ts": ts}), timestamp=ts)
+        if i % 10_000 == 0:
+            p.poll(0)
+    end = max(ts for _, _, ts in events) if events else BASE_TS
+    for part in range(PARTITIONS):  # closes every real window on every partition, in every system
+        ts = end + SENTINEL_AHEAD_MS
+        put(key=SENTINEL_KEY.encode(), value=enc({"key": SENTINEL_KEY, "value": 1, "ts": ts}), timestamp=ts,
+            partition=part)
+    if p.flush(120) or errors:
+        raise SystemExit(f"producing the backlog failed: {errors[:3]}")
+
+
+# --- the reference and the comparable form of outputs -------------------------------------
+
+def reference(workload: str, events: list[tuple[str, int, int]]) -> Counter:
+    """The expected outputs, reduced to a multiset of comparable tuples (sentinel excluded)."""
+    out: Counter = Counter()
+    if workload == "w1":
+        for k, v, ts in events:
+            if keep(v):
+                out[(k, mapped(v), ts)] += 1
+    elif workload == "w2":  # one update per record, in each key's order (one key, one partition)
+        acc: dict[str, list[int]] = {}
+        for k, v, _ts in events:
+            a = acc.setdefault(k, [0, 0])
+            a[0] += 1
+            a[1] += v
+            out[(k, a[0], a[1])] += 1
+    elif workload == "w3":
+        wins: dict[tuple[str, int], list[int]] = {}
+        for k, v, ts in events:
+            a = wins.setdefault((k, ts - ts % WINDOW_MS), [0, 0])
+            a[0] += 1
+            a[1] += v
+        for (k, start), (c, s) in wins.items():
+            out[(k, start, start + WINDOW_MS, round(s / c, 9))] += 1
+    elif workload == "w4":
+        by_key: dict[str, list[tuple[int, int]]] = {}
+        for k, v, ts in events:
+            by_key.setdefault(k, []).append((ts, v))
+        for k, recs in by_key.items():
+            recs.sort()
+            start, last, c, s = recs[0][0], recs[0][0], 0, 0
+            for ts, v in recs:
+                if ts - last > GAP_MS:
+                    out[(k, start, last + GAP_MS, c, s)] += 1
+                    start, c, s = ts, 0, 0
+                last, c, s = ts, c + 1, s + v
+            out[(k, start, last + GAP_MS, c, s)] += 1
+    return out
+
+
+def reduce_outputs(workload: str, records: list[tuple[bytes | None, bytes | None, int]]) -> Counter:
+    dec = Avro(OUTPUT_SCHEMA[workload]).decode
+    out: Counter = Counter()
+    for kb, vb, _ts in records:
+        if kb is None or vb is None:
+            continue
+        k = kb.decode()
+        if k == SENTINEL_KEY:
+            continue
+        v = dec(vb)
+        if workload == "w1":
+            out[(k, v["value"], v["ts"])] += 1
+        elif workload == "w2":
+            out[(k, v["count"], v["sum"])] += 1
+        elif workload == "w3":
+            out[(k, v["start"], v["end"], round(v["value"], 9))] += 1
+        else:
+            out[(k, v["start"], v["end"], v["value"]["count"], v["value"]["sum"])] += 1
+    return out
+
+
+def compare(expected: Counter, got: Counter) -> dict[str, Any]:
+    missing, extra = expected - got, got - expected
+    return {
+        "ok": not missing and not extra,
+        "expected": sum(expected.values()),
+        "outputs": sum(got.values()),
+        "missing": sum(missing.values()),
+        "extra": sum(extra.values()),
+        "examples_missing": [list(t) for t in list(missing)[:3]],
+        "examples_extra": [list(t) for t in list(extra)[:3]],
+    }
+
+
+# --- Kafka helpers ------------------------------------------------------------------------
+
+def create_topics(admin: AdminClient, names: list[str]) -> None:
+    fs = admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names], operation_timeout=30)
+    for f in fs.values():
+        f.result()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=10)
+        if all(n in md.topics and len(md.topics[n].partitions) == PARTITIONS for n in names):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"topics {names} not visible")
+
+
+def read_all(bootstrap: str, topic: str, timeout_s: float = 300) -> list[tuple[bytes | None, bytes | None, int]]:
+    """Every committed record of ``topic`` (read_committed, to the end of each partition)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-read-{uuid.uuid4().hex[:8]}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        out: list[tuple[bytes | None, bytes | None, int]] = []
+        eof: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(eof) < PARTITIONS and time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.5):
+                err = m.error()
+                if err is None:
+                    out.append((m.key(), m.value(), m.timestamp()[1]))
+                    eof.discard(m.partition())
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+        return out
+    finally:
+        c.close()
+
+
+class GroupProgress:
+    """Committed offsets of a consumer group on the input topic, and end offsets of the output."""
+
+    def __init__(self, bootstrap: str, group: str, input_topic: str, output_topic: str) -> None:
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                           "isolation.level": "read_committed"})
+        self.tps = [TopicPartition(input_topic, p) for p in range(PARTITIONS)]
+        self.out = [TopicPartition(output_topic, p) for p in range(PARTITIONS)]
+
+    def committed(self) -> int:
+        try:
+            return sum(max(tp.offset, 0) for tp in self.c.committed(self.tps, timeout=5))
+        except Exception:  # noqa: BLE001 - transient while a transaction's offsets are pending
+            return -1
+
+    def output_end(self) -> int:
+        return sum(self.c.get_watermark_offsets(tp, timeout=5, cached=False)[1] for tp in self.out)
+
+    def close(self) -> None:
+        self.c.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-probe"})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS))
+    finally:
+        c.close()
+
+
+# --- processes ----------------------------------------------------------------------------
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+class ProcTree:
+    """CPU seconds (utime + stime) and memory (VmRSS, VmHWM) of a process and its descendants;
+    a process's last reading is kept after it exits."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.cpu: dict[int, float] = {}
+        self.hwm: dict[int, int] = {}
+        self.rss_now = 0
+
+    def sample(self) -> tuple[float, int, int]:
+        kids, pids, stack = _children(), [], [self.pid]
+        while stack:
+            p = stack.pop()
+            pids.append(p)
+            stack.extend(kids.get(p, ()))
+        rss = 0
+        for p in pids:
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    st = f.read()
+                fields = st[st.rindex(")") + 2:].split()
+                self.cpu[p] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+                with open(f"/proc/{p}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            self.hwm[p] = max(self.hwm.get(p, 0), int(line.split()[1]) * 1024)
+                        elif line.startswith("VmRSS:"):
+                            rss += int(line.split()[1]) * 1024
+            except (OSError, ValueError, IndexError):
+                continue
+        self.rss_now = rss
+        return sum(self.cpu.values()), rss, sum(self.hwm.values())
+
+
+@dataclass
+class Launch:
+    cmd: list[str]
+    env: dict[str, str]
+
+
+def launch_spec(system: str, workload: str, guarantee: str, bootstrap: str, input_topic: str, output_topic: str,
+                group: str, state_dir: str, commit_ms: int, cores: int, ks_threads: int) -> Launch:
+    env = dict(os.environ)
+    env.update(BENCH_BOOTSTRAP=bootstrap, BENCH_WORKLOAD=workload, BENCH_GUARANTEE=guarantee,
+               BENCH_INPUT=input_topic, BENCH_OUTPUT=output_topic, BENCH_GROUP=group, BENCH_STATE_DIR=state_dir,
+               BENCH_COMMIT_MS=str(commit_ms), BENCH_AVRO_DIR=str(AVRO_DIR), BENCH_THREADS=str(ks_threads),
+               PYTHONPATH=str(ROOT))
+    if system in ("fw-1", "fw-n"):
+        env.update(FW_BOOTSTRAP_SERVERS=bootstrap, FW_GUARANTEE=guarantee, FW_STATE_DIR=state_dir,
+                   FW_PROCESSING__CHECKPOINT_INTERVAL_MS=str(commit_ms))
+        cmd = [PY, "-m", "framework.cli", "run", "benchmarks.apps.fw_app:pipeline", "--log-level", "WARNING"]
+        if system == "fw-n":
+            cmd += ["--processes", str(cores)]
+        return Launch(cmd, env)
+    if system == "quix":
+        return Launch([QUIX_PY, str(BENCH / "apps" / "quix_app.py")], env)
+    if system == "kstreams":
+        cp = f"{KS_DIR / 'target' / 'kstreams-bench-1.jar'}:{(KS_DIR / 'target' / 'classpath.txt').read_text().strip()}"
+        return Launch(["java", "-Xms256m", "-Xmx1g", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                       "-cp", cp, "bench.KStreamsBench"], env)
+    if system == "raw":
+        return Launch([PY, str(BENCH / "apps" / "raw_app.py")], env)
+    raise ValueError(system)
+
+
+def stop(proc: subprocess.Popen, timeout_s: float = 30) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+# --- the phases ---------------------------------------------------------------------------
+
+@dataclass
+class Ctx:
+    args: argparse.Namespace
+    bootstrap: str
+    run_id: str
+    admin: AdminClient
+    logs: Path
+    cores: int
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+def _names(ctx: Ctx, phase: str, system: str, workload: str, guarantee: str) -> tuple[str, str]:
+    g = "eos" if guarantee == "exactly_once" else "alo"
+    base = f"bench-{ctx.run_id}-{phase}-{system}-{workload}-{g}"
+    return base, f"{base}-out"
+
+
+def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_topic: str, total: int,
+                   expected: Counter, profile: bool = False) -> dict[str, Any]:
+    group, out_topic = _names(ctx, "tp" if not profile else "prof", system, workload, guarantee)
+    create_topics(ctx.admin, [out_topic])
+    state = tempfile.mkdtemp(prefix="bench-state-")
+    spec = launch_spec(system, workload, guarantee, ctx.bootstrap, input_topic, out_topic, group, state,
+                       ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads)
+    logf = open(ctx.logs / f"{group}.log", "w")
+    load_before = os.getloadavg()
+    t_launch = time.monotonic()
+    proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    spy = None
+    if profile:
+        prof_file = ctx.logs / f"profile-{workload}-{guarantee}.txt"
+        time.sleep(1.0)
+        spy = subprocess.Popen([str(BENCH / ".venv-quix" / "bin" / "py-spy"), "record", "--pid", str(proc.pid),
+                                "--rate", "250", "--format", "raw", "--output", str(prof_file), "--nonblocking"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tree, prog = ProcTree(proc.pid), GroupProgress(ctx.bootstrap, group, input_topic, out_topic)
+    samples: list[tuple[float, int, int, float, int, int]] = []  # t, committed, out_end, cpu, rss, hwm
+    deadline = t_launch + ctx.args.run_timeout
+    status = "ok"
+    try:
+        while True:
+            committed, out_end = prog.committed(), prog.output_end()
+            cpu, rss, hwm = tree.sample()
+            now = time.monotonic()
+            samples.append((now - t_launch, committed, out_end, cpu, rss, hwm))
+            if committed >= total:
+                break
+            if proc.poll() is not None:
+                status = f"exited with {proc.returncode} (log {logf.name})"
+                break
+            if now > deadline:
+                status = f"timed out after {ctx.args.run_timeout}s at {committed}/{total} (log {logf.name})"
+                break
+            time.sleep(0.1)
+        # the output's end offset settles (transaction markers of the final commits)
+        time.sleep(0.5)
+        final_out = prog.output_end()
+        cpu, rss, hwm = tree.sample()
+        samples.append((time.monotonic() - t_launch, prog.committed(), final_out, cpu, rss, hwm))
+    finally:
+        prog.close()
+        stop(proc)
+        if spy is not None:
+            try:
+                spy.wait(30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+        logf.close()
+        shutil.rmtree(state, ignore_errors=True)
+    res: dict[str, Any] = {"system": system, "workload": workload, "guarantee": guarantee, "records": total,
+                           "status": status, "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+    if status == "ok":
+        res.update(_throughput_numbers(samples, total, final_out))
+    elif status.startswith("timed out"):
+        res.update(_partial_rate(samples))
+    res["peak_rss_mb"] = round(max(s[5] for s in samples) / 2**20, 1) if samples else None
+    res["rss_mb_series"] = _series(samples)
+    if status == "ok":
+        got = reduce_outputs(workload, read_all(ctx.bootstrap, out_topic))
+        res["check"] = compare(expected, got)
+    else:
+        res["check"] = {"ok": None, "note": "not checked: the run did not finish"}
+    if profile:
+        res["profile_file"] = str(ctx.logs / f"profile-{workload}-{guarantee}.txt")
+    return res
+
+
+def _throughput_numbers(samples: list[tuple], total: int, final_out: int) -> dict[str, Any]:
+    """Records per second while the system works through the backlog, start-up excluded.
+
+    Start: the first output record appended (0 records done; W1/W2 emit from their first
+    record) or the group's first commit (c1 records done; W3/W4 emit only when a window
+    closes), whichever is observed first. End: the last output record appended, i.e. the
+    output's end offset within 8 (the final commits' transaction markers) of its final value;
+    or else the moment the group had committed every input offset."""
+    first_commit = next((s for s in samples if s[1] > 0), None)
+    done = next((s for s in samples if s[1] >= total), None)
+    if first_commit is None or done is None:
+        return {"records_per_s": None, "note": "no commit observed"}
+    first_out = next((s for s in samples if s[2] > 0), None)
+    if first_out is not None and first_out[0] <= first_commit[0]:
+        start, done_at_start = first_out, 0
+    else:
+        start, done_at_start = first_commit, first_commit[1]
+    out_done = next((s for s in samples if s[2] >= final_out - 8), done)
+    end = out_done if start[0] < out_done[0] <= done[0] else done
+    n = total - done_at_start
+    secs = end[0] - start[0]
+    if n < total * 0.5 or secs < 1.0:
+        return {"records_per_s": None, "note": "too few records to measure (processed within about one commit "
+                "interval): use more records"}
+    cpu = end[3] - start[3]
+    return {"records_per_s": round(n / secs), "measured_records": n, "measured_s": round(secs, 3),
+            "cpu_s_per_million": round(cpu / n * 1e6, 2), "cpu_s_total": round(samples[-1][3], 2),
+            "start_s": round(start[0], 2), "start_by": "first output" if done_at_start == 0 else "first commit",
+            "lag_zero_s": round(done[0], 2)}
+
+
+def _partial_rate(samples: list[tuple]) -> dict[str, Any]:
+    """A run stopped by --run-timeout: the rate of committed progress from the first commit on."""
+    first = next((s for s in samples if s[1] > 0), None)
+    last = max((s for s in samples if s[1] > 0), key=lambda s: s[1], default=None)
+    if first is None or last is None or last[0] <= first[0]:
+        return {"records_per_s": None, "note": "timed out before a second commit"}
+    n = last[1] - first[1]
+    return {"records_per_s": round(n / (last[0] - first[0])), "partial": True, "measured_records": n,
+            "measured_s": round(last[0] - first[0], 3), "cpu_s_per_million": round((last[3] - first[3]) / n * 1e6, 2)
+            if n else None}
+
+
+def _series(samples: list[tuple], points: int = 12) -> list[list[float]]:
+    if not samples:
+        return []
+    step = max(1, len(samples) // points)
+    picked = samples[::step] + [samples[-1]]
+    return [[round(s[0], 1), round(s[4] / 2**20, 1)] for s in picked]
+
+
+def latency_run(ctx: Ctx, system: str, workload: str, guarantee: str, rate: int) -> dict[str, Any]:
+    group, out_topic = _names(ctx, "lat", system, workload, guarantee)
+    in_topic = f"{group}-in"
+    create_topics(ctx.admin, [in_topic, out_topic])
+    state = tempfile.mkdtemp(prefix="bench-state-")
+    spec = launch_spec(system, workload, guarantee, ctx.bootstrap, in_topic, out_topic, group, state,
+                       ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads)
+    logf = open(ctx.logs / f"{group}.log", "w")
+    seen_file = ctx.logs / f"{group}.seen"
+    watcher = subprocess.Popen([PY, str(BENCH / "watch.py"), ctx.bootstrap, out_topic, str(seen_file)],
+                               stdout=subprocess.PIPE, start_new_session=True)
+    watcher.stdout.readline()  # "ready"
+    proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    tree = ProcTree(proc.pid)
+    enc = Avro("event").encode
+    p = Producer({"bootstrap.servers": ctx.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 1,
+                  "partitioner": "murmur2_random", "compression.type": "lz4"})
+    rng = random.Random(7)
+    keys = [f"k{i:04d}" for i in range(KEYS)]
+    warm, measure = ctx.args.latency_warmup, ctx.args.latency_seconds
+    t0 = time.time()
+    t_warm_end_ms = int((t0 + warm) * 1000)
+    t_end = t0 + warm + measure
+    tick, sent, rss_samples = 0.005, 0, []
+    next_sample = 0.0
+    status = "ok"
+    try:
+        while True:
+            now = time.time()
+            if now >= t_end:
+                break
+            due = int((now - t0) * rate) - sent
+            ts = int(now * 1000)
+            block = (ts // 1000) % 10 * (KEYS // 10)  # each key is active one second in ten
+            for _ in range(due):
+                k = keys[block + rng.randrange(KEYS // 10)]
+                while True:
+                    try:
+                        p.produce(in_topic, key=k.encode(), value=enc({"key": k, "value": rng.randrange(1000), "ts": ts}),
+                                  timestamp=ts)
+                        break
+                    except BufferError:
+                        p.poll(0.01)
+            sent += max(due, 0)
+            p.poll(0)
+            if now >= next_sample:
+                cpu, rss, hwm = tree.sample()
+                rss_samples.append((now - t0, rss, hwm, cpu))
+                next_sample = now + 0.5
+                if proc.poll() is not None:
+                    status = f"exited with {proc.returncode} (log {logf.name})"
+                    break
+            time.sleep(max(0.0, tick - (time.time() - now)))
+        p.flush(30)
+        # the last windows of the measured span close once the watermark passes them
+        time.sleep(ctx.args.commit_ms / 1000 + BOUND_MS / 1000 + 3)
+        cpu, rss, hwm = tree.sample()
+        rss_samples.append((time.time() - t0, rss, hwm, cpu))
+    finally:
+        stop(proc)
+        watcher.send_signal(signal.SIGTERM)
+        watcher.wait(60)
+        logf.close()
+        shutil.rmtree(state, ignore_errors=True)
+    with open(seen_file, "rb") as f:
+        seen = pickle.load(f)
+    seen_file.unlink()
+    lat = _latencies(workload, seen, t_warm_end_ms, int(t_end * 1000))
+    res = {"system": system, "workload": workload, "guarantee": guarantee, "rate": rate, "produced": sent,
+           "status": status, "measured_s": measure, **lat,
+           "peak_rss_mb": round(max(s[2] for s in rss_samples) / 2**20, 1) if rss_samples else None,
+           "rss_mb_series": [[round(s[0], 1), round(s[1] / 2**20, 1)]
+                             for s in rss_samples[:: max(1, len(rss_samples) // 12)]],
+           "cpu_s": round(rss_samples[-1][3], 2) if rss_samples else None}
+    return res
+
+
+def _latencies(workload: str, seen: list[tuple[int, int, bytes]], lo: int, hi: int) -> dict[str, Any]:
+    """End-to-end latency per output: from the produce time of the input (W1: its ts field;
+    W2: the record timestamp, which every system copies from the input) or, for windows,
+    from the moment the window could close (end + bound: the produce time of the first
+    record whose timestamp lets the watermark pass it), to visibility in read_committed."""
+    dec = Avro(OUTPUT_SCHEMA[workload]).decode
+    lats = []
+    for seen_ms, ts, vb in seen:
+        if vb is None:
+            continue
+        if workload == "w2":
+            origin = ts
+        else:
+            v = dec(vb)
+            origin = v["ts"] if workload == "w1" else v["end"] + BOUND_MS
+        if lo <= origin <= hi:
+            lats.append(seen_ms - origin)
+    if not lats:
+        return {"outputs": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    lats.sort()
+    return {"outputs": len(lats), "p50_ms": lats[len(lats) // 2], "p99_ms": lats[min(len(lats) - 1, int(len(lats) * 0.99))],
+            "max_ms": lats[-1]}
+
+
+# --- profile summary --------------------------------------------------------------------
+
+def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
+    """Self and inclusive sample shares per function from py-spy's collapsed stacks."""
+    if not path.exists():
+        return {"error": f"{path} missing (py-spy needs ptrace rights)"}
+    self_c: Counter = Counter()
+    incl: Counter = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(n)
+        frames = [f.split(" (")[0] + " " + f.split("(")[-1].split(":")[0].rsplit("/", 1)[-1] if "(" in f else f
+                  for f in stack.split(";")]
+        total += count
+        self_c[frames[-1]] += count
+        for f in set(frames):
+            incl[f] += count
+    pct = lambda c: round(100 * c / total, 1)  # noqa: E731
+    return {"samples": total,
+            "self": [[f, pct(c)] for f, c in self_c.most_common(top)],
+            "inclusive": [[f, pct(c)] for f, c in incl.most_common(top + 10)]}
+
+
+# --- main -------------------------------------------------------------------------------
+
+def machine() -> dict[str, Any]:
+    mem = next((int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal")), 0)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    quix = subprocess.run([QUIX_PY, "-c", "import quixstreams; print(quixstreams.__version__)"], capture_output=True,
+                          text=True).stdout.strip() if Path(QUIX_PY).exists() else None
+    import confluent_kafka
+    return {"cores": os.cpu_count(), "memory_gib": round(mem / 2**20, 1), "cpu": cpu,
+            "python": platform.python_version(), "java": java[0] if java else None, "kafka": "4.1.1 (KRaft, same machine)",
+            "confluent_kafka": confluent_kafka.version()[0], "quixstreams": quix, "kernel": platform.release()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--workloads", default="w1,w2,w3,w4")
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--guarantees", default=",".join(GUARANTEES))
+    ap.add_argument("--phases", default="throughput,latency")
+    ap.add_argument("--latency-seconds", type=float, default=30)
+    ap.add_argument("--latency-warmup", type=float, default=8)
+    ap.add_argument("--latency-rate", type=int, default=None, help="fixed input rate (default: half our max)")
+    ap.add_argument("--commit-ms", type=int, default=1000)
+    ap.add_argument("--ks-threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--run-timeout", type=float, default=900)
+    ap.add_argument("--profile", action="store_true", help="also profile the framework (1 process) with py-spy")
+    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:39092")
+    ap.add_argument("--label", default="", help="written into the results (e.g. smoke)")
+    ap.add_argument("--keep-topics", action="store_true")
+    args = ap.parse_args()
+
+    workloads = [w for w in args.workloads.split(",") if w]
+    systems = [s for s in args.systems.split(",") if s]
+    guarantees = [g for g in args.guarantees.split(",") if g]
+    for w in workloads:
+        assert w in WORKLOADS, f"unknown workload {w}; known: {list(WORKLOADS)}"
+    for s in systems:
+        assert s in SYSTEMS, f"unknown system {s}; known: {SYSTEMS}"
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    logs = RESULTS / "logs" / run_id
+    logs.mkdir(parents=True, exist_ok=True)
+    ctx = Ctx(args, args.bootstrap, run_id.replace("-", ""), AdminClient({"bootstrap.servers": args.bootstrap}), logs,
+              os.cpu_count() or 1)
+    results: dict[str, Any] = {
+        "run": run_id, "label": args.label, "machine": machine(), "loadavg_at_start": os.getloadavg(),
+        "config": {"records": args.records, "keys": KEYS, "partitions": PARTITIONS, "commit_interval_ms": args.commit_ms,
+                   "window_ms": WINDOW_MS, "watermark_bound_ms": BOUND_MS, "session_gap_ms": GAP_MS,
+                   "kstreams_threads": args.ks_threads, "fw_processes_n": ctx.cores,
+                   "latency_seconds": args.latency_seconds, "latency_warmup_s": args.latency_warmup},
+        "systems": {s: SYSTEM_NAMES[s] for s in systems}, "workloads": {w: WORKLOADS[w] for w in workloads},
+        "throughput": [], "latency": [], "profile": {},
+    }
+    out_file = RESULTS / f"{run_id}{'-' + args.label if args.label else ''}.json"
+
+    def save() -> None:
+        out_file.write_text(json.dumps(results, indent=1) + "\n")
+
+    phases = args.phases.split(",")
+    best: dict[tuple[str, str], float] = {}
+    try:
+        if "throughput" in phases or args.profile:
+            log(f"generating {args.records:,} records")
+            events = generate(args.records)
+            input_topic = f"bench-{ctx.run_id}-input"
+            create_topics(ctx.admin, [input_topic])
+            t = time.monotonic()
+            produce_backlog(ctx.bootstrap, input_topic, events)
+            total = end_offsets(ctx.bootstrap, input_topic)
+            log(f"backlog: {total:,} records in {input_topic} ({time.monotonic() - t:.1f}s)")
+            for w in workloads:
+                expected = reference(w, events)
+                for g in guarantees:
+                    if "throughput" in phases:
+                        for s in systems:
+                            log(f"throughput {w} {g} {s} ...")
+                            r = throughput_run(ctx, s, w, g, input_topic, total, expected)
+                            results["throughput"].append(r)
+                            save()
+                            log(f"  -> {r.get('records_per_s')} rec/s, cpu {r.get('cpu_s_per_million')} s/M, "
+                                f"rss {r.get('peak_rss_mb')} MB, check {'ok' if r['check']['ok'] else r['check']} "
+                                f"[{r['status']}]")
+                            if s.startswith("fw") and r.get("records_per_s"):
+                                best[(w, g)] = max(best.get((w, g), 0), r["records_per_s"])
+                    if args.profile:
+                        log(f"profile {w} {g} (fw-1 under py-spy) ...")
+                        r = throughput_run(ctx, "fw-1", w, g, input_topic, total, expected, profile=True)
+                        results["profile"][f"{w}/{g}"] = {"records_per_s_under_profiler": r.get("records_per_s"),
+                                                          **summarize_profile(Path(r["profile_file"]))}
+                        save()
+            del events
+        if "latency" in phases:
+            for w in workloads:
+                for g in guarantees:
+                    rate = args.latency_rate or int(best.get((w, g), 0) / 2) or 2000
+                    for s in systems:
+                        log(f"latency {w} {g} {s} at {rate:,} records/s ...")
+                        r = latency_run(ctx, s, w, g, rate)
+                        results["latency"].append(r)
+                        save()
+                        log(f"  -> p50 {r['p50_ms']} p99 {r['p99_ms']} max {r['max_ms']} ms over {r['outputs']} outputs "
+                            f"[{r['status']}]")
+    finally:
+        results["loadavg_at_end"] = os.getloadavg()
+        save()
+        if not args.keep_topics:
+            md = ctx.admin.list_topics(timeout=10)
+            mine = [t for t in md.topics if ctx.run_id in t]
+            if mine:
+                ctx.admin.delete_topics(mine, operation_timeout=30)
+    log(f"results: {out_file}")
+    print(out_file)
+
+
+if __name__ == "__main__":
+    main()
