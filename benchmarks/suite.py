@@ -69,7 +69,7 @@ KS_DIR = BENCH / "kstreams"
 
 
 def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # --- data -------------------------------------------------------------------------------
@@ -567,7 +567,7 @@ def latency_run(ctx: Ctx, system: str, workload: str, guarantee: str, rate: int)
             time.sleep(max(0.0, tick - (time.time() - now)))
         p.flush(30)
         # the last windows of the measured span close once the watermark passes them
-        time.sleep(ctx.args.commit_ms / 1000 + BOUND_MS / 1000 + 3)
+        time.sleep(ctx.args.commit_ms / 1000 + BOUND_MS / 1000 + ctx.args.latency_drain)
         cpu, rss, hwm = tree.sample()
         rss_samples.append((time.time() - t0, rss, hwm, cpu))
     finally:
@@ -662,6 +662,7 @@ def main() -> None:
     ap.add_argument("--phases", default="throughput,latency")
     ap.add_argument("--latency-seconds", type=float, default=30)
     ap.add_argument("--latency-warmup", type=float, default=8)
+    ap.add_argument("--latency-drain", type=float, default=3, help="seconds to wait for the last outputs")
     ap.add_argument("--latency-rate", type=int, default=None, help="fixed input rate (default: half our max)")
     ap.add_argument("--commit-ms", type=int, default=1000)
     ap.add_argument("--ks-threads", type=int, default=os.cpu_count() or 1)
