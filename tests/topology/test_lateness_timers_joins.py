@@ -106,6 +106,13 @@ def test_a_late_record_merges_into_a_fired_session_within_the_lateness() -> None
     assert d.state_sizes()["w"] == 0
 
 
+class WithWatermark(ProcessFunction):
+    """Forwards a window result with its step's watermark at that moment."""
+
+    def process(self, key: Any, value: Any, ctx: Any) -> None:
+        ctx.emit({**value, "wm": ctx.watermark})
+
+
 def simulate_lateness(rows: list[tuple[str, int]], size: int, slide: int, bound: int,
                       lateness: int) -> tuple[dict[tuple[str, int], list[int]], list[int]]:
     """Flink's rules, record by record: a record joins each window whose cleanup time
@@ -149,16 +156,19 @@ def test_every_window_result_sequence_and_late_record_follows_the_lateness_rules
     p = Pipeline("late")
     s = p.source(Topic("in"), watermarks=bounded(bound))
     windows = SlidingWindows(size, slide) if sliding else TumblingWindows(size)
-    s.window(windows, allowed_lateness_ms=lateness, late="late").count(name="w").to(Topic("out"))
+    (s.window(windows, allowed_lateness_ms=lateness, late="late").count(name="w")
+     .process(WithWatermark()).to(Topic("out")))
     d = TestDriver(p)
     for i, (k, ts) in enumerate(rows):
         d.pipe("in", {"i": i, "ts": ts}, key=k)
     d.advance_watermark(FAR)
     emitted, late = simulate_lateness(rows, size, slide, bound, lateness)
     got: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for k, start, end, n, ts in windows_of(d):
-        assert (end, ts) == (start + size, start + size - 1)
-        got[(k, start)].append(n)
+    for r in d.output("out"):
+        start, end = r.value["start"], r.value["end"]
+        assert (end, r.timestamp) == (start + size, start + size - 1)
+        assert r.value["wm"] >= end - 1  # P15: never before the watermark passed end - 1
+        got[(r.key, start)].append(r.value["value"])
     assert dict(got) == emitted
     assert [r.value["i"] for r in d.output("late")] == late
     assert d.metrics().get("late_records.w", 0) == len(late)

@@ -22,7 +22,6 @@ from framework import (
     JsonSerde,
     Pipeline,
     ProcessFunction,
-    Stream,
     TestDriver,
     Topic,
     TumblingWindows,
