@@ -57,6 +57,14 @@ def _tp_cell(r: dict | None) -> str:
     return cell
 
 
+def _lat_cell(d: dict, r: dict | None) -> str:
+    if r is None or r.get("p50_ms") is None:
+        return "–"
+    cell = f"{r['p50_ms']:,} / {r['p99_ms']:,} / {r['max_ms']:,}"
+    tp = _index(d["throughput"]).get((r["workload"], r["guarantee"], r["system"]), {}).get("records_per_s")
+    return cell + (" ‡" if tp and tp < r["rate"] else "")
+
+
 def table(d: dict, title: str, rows: list[dict], cell) -> list[str]:  # noqa: ANN001
     systems, idx = _systems(d), _index(rows)
     out = [f"**{title}**", "", "| workload | guarantee | " + " | ".join(systems) + " |",
@@ -132,7 +140,7 @@ def markdown(d: dict, json_name: str) -> str:
         f"- Load average at start {', '.join(f'{x:.2f}' for x in d['loadavg_at_start'])}; at end "
         f"{', '.join(f'{x:.2f}' for x in d.get('loadavg_at_end', []))} (other people's test suites were running on "
         "the same machine during development runs).",
-        f"- Systems: {'; '.join(f'`{s}` = {d['systems'][s]}' for s in systems)}. "
+        f"- Systems: {'; '.join('`' + s + '` = ' + d['systems'][s] for s in systems)}. "
         f"`fw-n` runs {c['fw_processes_n']} processes (`fw run --processes {c['fw_processes_n']}`); Kafka Streams runs "
         f"{c['kstreams_threads']} stream threads in one JVM (-Xmx1g).",
         "",
@@ -153,9 +161,8 @@ def markdown(d: dict, json_name: str) -> str:
         "input's produce time (W1, W2) or from the moment a window could close (window end + 2 s bound: W3, W4) "
         "to a read_committed consumer seeing the output.",
         "",
-        *table(d, "p50 / p99 / max, ms", d["latency"],
-               lambda r: "–" if r is None or r.get("p50_ms") is None else
-               f"{r['p50_ms']:,} / {r['p99_ms']:,} / {r['max_ms']:,}"),
+        *table(d, "p50 / p99 / max, ms (‡ = the input rate is above the system's throughput over the backlog: "
+               "it falls behind and its latency grows with the run)", d["latency"], lambda r: _lat_cell(d, r)),
         *table(d, "input rate, records/s", d["latency"], lambda r: _fmt(r.get("rate")) if r else "–"),
         "## Targets",
         "",
@@ -193,7 +200,7 @@ def plot(d: dict) -> None:
     systems, cases = _systems(d), _cases(d)
     tp, lat = _index(d["throughput"]), _index(d["latency"])
     labels = [f"{w} {G[g]}" for w, g in cases]
-    fig, axes = plt.subplots(2, 1, figsize=(12, 8.5))
+    fig, axes = plt.subplots(2, 1, figsize=(15, 9))
     width = 0.8 / max(1, len(systems))
     for i, s in enumerate(systems):
         xs = [j + i * width for j in range(len(cases))]

@@ -650,7 +650,7 @@ def machine() -> dict[str, Any]:
     import confluent_kafka
     return {"cores": os.cpu_count(), "memory_gib": round(mem / 2**20, 1), "cpu": cpu,
             "python": platform.python_version(), "java": java[0] if java else None, "kafka": "4.1.1 (KRaft, same machine)",
-            "confluent_kafka": confluent_kafka.version()[0], "quixstreams": quix, "kernel": platform.release()}
+            "confluent_kafka": confluent_kafka.__version__, "quixstreams": quix, "kernel": platform.release()}
 
 
 def main() -> None:
@@ -660,13 +660,13 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--guarantees", default=",".join(GUARANTEES))
     ap.add_argument("--phases", default="throughput,latency")
-    ap.add_argument("--latency-seconds", type=float, default=30)
+    ap.add_argument("--latency-seconds", type=float, default=20)
     ap.add_argument("--latency-warmup", type=float, default=8)
     ap.add_argument("--latency-drain", type=float, default=3, help="seconds to wait for the last outputs")
     ap.add_argument("--latency-rate", type=int, default=None, help="fixed input rate (default: half our max)")
     ap.add_argument("--commit-ms", type=int, default=1000)
     ap.add_argument("--ks-threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--run-timeout", type=float, default=900)
+    ap.add_argument("--run-timeout", type=float, default=300)
     ap.add_argument("--profile", action="store_true", help="also profile the framework (1 process) with py-spy")
     ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:39092")
     ap.add_argument("--label", default="", help="written into the results (e.g. smoke)")
