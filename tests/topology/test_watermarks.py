@@ -204,6 +204,31 @@ def test_a_partition_silent_for_the_idle_timeout_is_idle_after_one_advance_of_th
     assert [r.value["start"] for r in d.output("out")] == [5_000, 10_000]
 
 
+def test_idleness_is_checkpointed_so_a_crash_replays_the_same_firings() -> None:
+    """A run with a crash gives the outputs of the run without it (DESIGN 5): the replayed
+    records of the active source fire the same windows, because the restored clock still
+    knows that the other source was idle at the checkpoint."""
+    def run(crash: bool) -> list[Any]:
+        p = Pipeline("idle")
+        a = p.source(Topic("a"), watermarks=bounded(0, idle_timeout_ms=1000))
+        b = p.source(Topic("b"), watermarks=bounded(0, idle_timeout_ms=1000))
+        a.union(b, name="both").window(TumblingWindows(1000)).count(name="win").to(Topic("out"))
+        d = TestDriver(p, auto_checkpoint=False)
+        d.pipe("b", {"ts": 500}, key="x")
+        d.pipe("a", {"ts": 1_000}, key="x")
+        d.advance_wall_clock(1000)  # both idle
+        d.checkpoint()
+        for ts in [2_000, 3_000, 4_000]:
+            d.pipe("a", {"ts": ts}, key="x")  # a active again, b still idle: windows fire
+        if crash:
+            d.crash()
+        d.checkpoint()
+        return [r.value for r in d.output("out")]
+
+    assert run(crash=False) == [{"start": t, "end": t + 1000, "value": 1} for t in (0, 1000, 2000, 3000)]
+    assert run(crash=True) == run(crash=False)
+
+
 def test_an_idle_upstream_task_leaves_the_minimum_behind_a_repartition() -> None:
     p = Pipeline("idle")
     s = p.source(Topic("in"), watermarks=bounded(0, idle_timeout_ms=1000))
