@@ -26,7 +26,7 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ def _expected(pipeline: Pipeline, records: list[Input]) -> dict[str, list[TestRe
     return {t.name: driver.output(t) for t in pipeline.sink_topics()}
 
 
-def _per_key(pairs: Iterator[tuple[Any, Any]]) -> PerKey:
+def _per_key(pairs: Iterable[tuple[Any, Any]]) -> PerKey:
     out: PerKey = {}
     for key, value in pairs:
         out.setdefault(key, Counter())[json.dumps(value, sort_keys=True)] += 1
@@ -211,10 +211,10 @@ def test_every_window_kind_survives_sigkill_and_equals_the_testdriver(
     tails.close()
 
     for name, topic in outputs.items():
-        got = _per_key(iter(_committed(kafka_bootstrap, pipeline, topic)))
+        got = _per_key(_committed(kafka_bootstrap, pipeline, topic))
         assert got == _per_key((r.key, r.value) for r in expected[topic]), f"{name}: per-key results"
     assert read_topic(kafka_bootstrap, pipeline.dead_letter.name) == []
-    assert "restored and running" in svc.log_text()
+    assert svc.starts == (2 if crash == "sigkill" else 3)
 
 
 # -- the fire alarm -----------------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_fire_alarm_timer_pending_at_a_crash_fires_once_after_restart(
     svc.start()
     send((smoky, "smoke", t0 + 5 * 60_000, 0),  # within 10 minutes: an alert
          (tick, "tick", t0 + ALARM_WINDOW_MS + ALARM_BOUND_MS + 1, 0))  # watermark t0 + 10 min: hot expires
-    wait_until(lambda: len(outputs()) == 2, 120, "the alert and the expiry", lambda: svc.log_text()[-3000:])
+    wait_until(lambda: len(outputs()) >= 2, 120, "the alert and the expiry", lambda: svc.log_text()[-3000:])
     assert committed_timers(kafka_bootstrap, pipeline.name, "alarm") == []
     svc.kill()
 
@@ -269,7 +269,7 @@ def test_fire_alarm_timer_pending_at_a_crash_fires_once_after_restart(
         {"expired": hot, "high": t0, "at": t0 + ALARM_WINDOW_MS},
         {"alert": sentinel, "high": t1, "smoke": t1 + 60_000},
     ]
-    assert svc.log_text().count("restored and running") >= 3
+    assert svc.starts == 3
 
 
 # -- a fast and a slow upstream task ------------------------------------------------------
@@ -316,8 +316,9 @@ def test_fast_and_slow_upstream_tasks_leave_no_record_late_after_a_repartition(
         kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One source partition is processed 48 s of event time ahead of the other, and its task
     sends its watermark through the repartition topic before the slow task's records arrive
-    there: the windows after the key_by count none of them late (the late topic stays empty)
-    and their results equal the TestDriver's."""
+    there: no window fires on the fast task's watermark alone, the windows after the key_by
+    count none of the slow records late (the late topic stays empty), and their results
+    equal the TestDriver's."""
     monkeypatch.setenv("FW_TEST_SUFFIX", unique)
     pipeline = fast_and_slow()
     fast, slow = _fast_and_slow_input()
@@ -331,6 +332,7 @@ def test_fast_and_slow_upstream_tasks_leave_no_record_late_after_a_repartition(
     svc = _service("fast_and_slow", tmp_path, kafka_bootstrap, unique).start()
     wait_until(lambda: _source_caught_up(kafka_bootstrap, pipeline.name, feed.topic), 120,
                "the fast partition processed", lambda: svc.log_text()[-3000:])
+    assert read_topic(kafka_bootstrap, out) == [], "no window fires before the slow task sent a watermark"
     feed.send(feed.remaining)
     tails = Tails(kafka_bootstrap, [out])
     wait_until(lambda: tails.drain() >= len(expected[out]), 120, "every window result",
@@ -341,5 +343,5 @@ def test_fast_and_slow_upstream_tasks_leave_no_record_late_after_a_repartition(
     repartition = read_topic(kafka_bootstrap, pipeline.repartition_topic("by-group"))
     assert _fast_watermark_before_slow_records(repartition), "the fast task must be ahead of the slow one"
     assert read_topic(kafka_bootstrap, late) == []
-    got = _per_key(iter(_committed(kafka_bootstrap, pipeline, out)))
+    got = _per_key(_committed(kafka_bootstrap, pipeline, out))
     assert got == _per_key((r.key, r.value) for r in expected[out])
