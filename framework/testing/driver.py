@@ -202,6 +202,8 @@ class TestDriver:
     def advance_wall_clock(self, ms: int) -> None:
         """Move the tasks' processing time forward by ``ms``: processing-time timers and
         windows fire, idle partitions leave the watermark minimum."""
+        for task in self.tasks:  # records piped since the last advance arrived at the old time
+            task.tick()
         self.wall_clock_ms += ms
         for task in self.tasks:
             task.tick()

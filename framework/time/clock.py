@@ -50,13 +50,14 @@ class Input:
     def snapshot(self) -> dict[str, Any]:
         gen = None if self.generator is None else self.generator.snapshot()
         return {"wm": self.watermark, "gen": gen, "ups": dict(self.ups), "idle": sorted(self.ups_idle),
-                "n": self.ups_n}
+                "n": self.ups_n, "off": self.idle}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.watermark = state["wm"]
         if self.generator is not None and state["gen"] is not None:
             self.generator.restore(state["gen"])
         self.ups, self.ups_idle, self.ups_n = dict(state["ups"]), set(state["idle"]), state["n"]
+        self.idle = state.get("off", False)  # a replay must see the idleness the first run saw
 
 
 class Clock:
