@@ -72,7 +72,10 @@ class _Topics:
         self._round_robin = itertools.count()
 
     def log(self, topic: str) -> list[list[_Msg]]:
-        return self.logs.setdefault(topic, [[] for _ in range(self.partitions)])
+        log = self.logs.get(topic)
+        if log is None:
+            log = self.logs[topic] = [[] for _ in range(self.partitions)]
+        return log
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
                 headers: Headers = None, partition: int | None = None) -> None:
