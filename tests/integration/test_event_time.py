@@ -2,10 +2,10 @@
 
 * Every window kind (tumbling, sliding, session, count tumbling and sliding, global with a
   count trigger, and tumbling and sliding after a key_by, so watermarks cross a
-  repartition topic) survives SIGKILLs: the committed outputs equal the TestDriver's for
-  the same input in the same per-partition order.
-* The fire alarm: an event-time timer pending at a checkpoint survives a SIGKILL, fires
-  once after the restart, and stays fired after another SIGKILL.
+  repartition topic) survives SIGKILLs and a lost local state: the committed outputs
+  equal the TestDriver's for the same input in the same per-partition order.
+* The fire alarm: an event-time timer pending at a checkpoint survives a SIGKILL and a lost
+  local state, fires once after the restart, and stays fired after another SIGKILL.
 * A fast and a slow upstream task: the watermark after a repartition topic is the minimum
   over the upstream tasks, so the slow task's records are not late.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -179,9 +180,10 @@ def test_every_window_kind_survives_sigkill_and_equals_the_testdriver(
         kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         crash: str) -> None:
     """Each window kind, on the real broker under exactly_once, SIGKILLed after some output
-    committed (``sigkill``: at a random moment then; else also at an exact checkpoint step
-    of a second run), then finished: every committed output topic holds, per key, exactly
-    the multiset of results (and late records) the TestDriver gives for the same input."""
+    committed (``sigkill``: at a random moment then, and its local state lost; else also at
+    an exact checkpoint step of a second run), then finished: every committed output topic
+    holds, per key, exactly the multiset of results (and late records) the TestDriver gives
+    for the same input."""
     monkeypatch.setenv("FW_TEST_SUFFIX", unique)
     pipeline = event_time_windows()
     records = _readings(unique)
@@ -200,6 +202,8 @@ def test_every_window_kind_survives_sigkill_and_equals_the_testdriver(
         # the kill's moment is random; no result depends on it
         time.sleep(random.Random(unique).uniform(0.0, 0.5))
     svc.kill()
+    if crash == "sigkill":
+        shutil.rmtree(svc.state_dir)  # a lost disk too: every store and clock from its changelog
     if crash != "sigkill":
         _crash_at_point(svc, feed, crash, pipeline.name)
     feed.send(feed.remaining)
@@ -222,8 +226,8 @@ def test_every_window_kind_survives_sigkill_and_equals_the_testdriver(
 
 def test_fire_alarm_timer_pending_at_a_crash_fires_once_after_restart(
         kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A high temperature's expiry timer, committed pending, survives a SIGKILL; after the
-    restart, smoke within 10 minutes alerts, the watermark passing the timer fires it once
+    """A high temperature's expiry timer, committed pending, survives a SIGKILL and the loss
+    of the local state; after the restart, smoke within 10 minutes alerts, the watermark passing the timer fires it once
     (it stays fired across another SIGKILL), and smoke after the expiry gives no alert."""
     monkeypatch.setenv("FW_TEST_SUFFIX", unique)
     pipeline = fire_alarm()
@@ -249,6 +253,7 @@ def test_fire_alarm_timer_pending_at_a_crash_fires_once_after_restart(
                "a checkpoint with both timers pending", lambda: svc.log_text()[-3000:])
     assert outputs() == []
     svc.kill()
+    shutil.rmtree(svc.state_dir)  # a lost disk: the timers come back from the changelog
 
     svc.start()
     send((smoky, "smoke", t0 + 5 * 60_000, 0),  # within 10 minutes: an alert
