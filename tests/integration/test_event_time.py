@@ -227,8 +227,9 @@ def test_every_window_kind_survives_sigkill_and_equals_the_testdriver(
 def test_fire_alarm_timer_pending_at_a_crash_fires_once_after_restart(
         kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A high temperature's expiry timer, committed pending, survives a SIGKILL and the loss
-    of the local state; after the restart, smoke within 10 minutes alerts, the watermark passing the timer fires it once
-    (it stays fired across another SIGKILL), and smoke after the expiry gives no alert."""
+    of the local state; after the restart, smoke within 10 minutes alerts, the watermark
+    passing the timer fires it once (it stays fired across another SIGKILL), and smoke after
+    the expiry gives no alert."""
     monkeypatch.setenv("FW_TEST_SUFFIX", unique)
     pipeline = fire_alarm()
     hot, smoky, cold, sentinel, tick = _keys_in(0, 2, "loc-", 5)
