@@ -27,7 +27,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +157,21 @@ def _source_caught_up(bootstrap: str, group: str, topic: str) -> bool:
     return committed_offsets(bootstrap, group, topic) == end_offsets(bootstrap, topic)
 
 
-def _service(target: str, tmp_path: Path, bootstrap: str, suffix: str) -> ServiceProcess:
-    return ServiceProcess(f"tests.integration.pipelines:{target}", tmp_path, "0", _env(bootstrap, suffix))
+@pytest.fixture
+def services() -> Iterator[list[ServiceProcess]]:
+    """The test's services; any still running at the end (a failed test) is SIGKILLed."""
+    started: list[ServiceProcess] = []
+    yield started
+    for svc in started:
+        if svc.alive:
+            svc.kill()
+
+
+def _service(services: list[ServiceProcess], target: str, tmp_path: Path, bootstrap: str,
+             suffix: str) -> ServiceProcess:
+    svc = ServiceProcess(f"tests.integration.pipelines:{target}", tmp_path, "0", _env(bootstrap, suffix))
+    services.append(svc)
+    return svc
 
 
 # -- every window kind --------------------------------------------------------------------
@@ -178,7 +191,7 @@ def _crash_at_point(svc: ServiceProcess, feed: Feed, point: str, group: str) -> 
 @pytest.mark.parametrize("crash", ["sigkill", "after_commit:3"])
 def test_every_window_kind_survives_sigkill_and_equals_the_testdriver(
         kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        crash: str) -> None:
+        services: list[ServiceProcess], crash: str) -> None:
     """Each window kind, on the real broker under exactly_once, SIGKILLed after some output
     committed (``sigkill``: at a random moment then, and its local state lost; else also at
     an exact checkpoint step of a second run), then finished: every committed output topic
@@ -193,7 +206,7 @@ def test_every_window_kind_survives_sigkill_and_equals_the_testdriver(
 
     feed = Feed(kafka_bootstrap, pipeline, records)
     ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(feed.topic, PARTITIONS)])
-    svc = _service("event_time_windows", tmp_path, kafka_bootstrap, unique)
+    svc = _service(services, "event_time_windows", tmp_path, kafka_bootstrap, unique)
     tails = Tails(kafka_bootstrap, outputs.values())
     feed.send(READINGS // 2 if crash == "sigkill" else READINGS // 3)
     svc.start()
@@ -225,7 +238,8 @@ def test_every_window_kind_survives_sigkill_and_equals_the_testdriver(
 
 
 def test_fire_alarm_timer_pending_at_a_crash_fires_once_after_restart(
-        kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        services: list[ServiceProcess]) -> None:
     """A high temperature's expiry timer, committed pending, survives a SIGKILL and the loss
     of the local state; after the restart, smoke within 10 minutes alerts, the watermark
     passing the timer fires it once (it stays fired across another SIGKILL), and smoke after
@@ -236,7 +250,7 @@ def test_fire_alarm_timer_pending_at_a_crash_fires_once_after_restart(
     ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(f"fa-in-{unique}", 2)])
     feed = Feed(kafka_bootstrap, pipeline, [])
     out = Tails(kafka_bootstrap, [f"fa-out-{unique}"])
-    svc = _service("fire_alarm", tmp_path, kafka_bootstrap, unique)
+    svc = _service(services, "fire_alarm", tmp_path, kafka_bootstrap, unique)
 
     def send(*events: tuple[str, str, int, int]) -> None:
         feed.records += [(0, loc, {"kind": kind, "ts": ts, "celsius": c}) for loc, kind, ts, c in events]
@@ -319,7 +333,8 @@ def _fast_watermark_before_slow_records(records: list[Record]) -> bool:
 
 
 def test_fast_and_slow_upstream_tasks_leave_no_record_late_after_a_repartition(
-        kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        services: list[ServiceProcess]) -> None:
     """One source partition is processed 48 s of event time ahead of the other, and its task
     sends its watermark through the repartition topic before the slow task's records arrive
     there: no window fires on the fast task's watermark alone, the windows after the key_by
@@ -335,7 +350,7 @@ def test_fast_and_slow_upstream_tasks_leave_no_record_late_after_a_repartition(
     feed = Feed(kafka_bootstrap, pipeline, fast + slow)
     ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(feed.topic, 2)])
     feed.send(len(fast))
-    svc = _service("fast_and_slow", tmp_path, kafka_bootstrap, unique).start()
+    svc = _service(services, "fast_and_slow", tmp_path, kafka_bootstrap, unique).start()
     wait_until(lambda: _source_caught_up(kafka_bootstrap, pipeline.name, feed.topic), 120,
                "the fast partition processed", lambda: svc.log_text()[-3000:])
     assert read_topic(kafka_bootstrap, out) == [], "no window fires before the slow task sent a watermark"
