@@ -178,6 +178,9 @@ def markdown(d: dict, json_name: str) -> str:
                       f"{_fmt(p.get('records_per_s_under_profiler'))} rec/s under the profiler), self time:", "",
                       "| function | self % |", "|---|---:|"]
             lines += [f"| `{f}` | {pct} |" for f, pct in p["self"][:10]] + [""]
+    notes = ROOT / "benchmarks" / "NOTES.md"
+    if notes.exists():
+        lines += [notes.read_text().rstrip(), ""]
     if PNG.exists() or _have_matplotlib():
         lines += ["## Plot", "", "![throughput and latency by system and workload](benchmarks.png)", ""]
     return "\n".join(lines) + "\n"
