@@ -1,6 +1,6 @@
 """docs/benchmarks.md and docs/benchmarks.png from one results JSON of benchmarks/suite.py.
 
-    benchmarks/.venv-quix/bin/python benchmarks/report.py benchmarks/results/<run>.json
+    benchmarks/.venv-quix/bin/python benchmarks/report.py benchmarks/results/<run>.json [<latency-run>.json ...]
 
 (matplotlib comes from the benchmark venv, never from the project's dependencies; without it
 only the markdown is written).
@@ -226,12 +226,40 @@ def plot(d: dict) -> None:
     fig.savefig(PNG, dpi=90)
 
 
+def supplementary(d: dict, extra: list[tuple[str, dict]]) -> list[str]:
+    """Latency-only runs at a fixed rate that the system sustains (``--phases latency
+    --latency-rate R``): the latency of the mechanism (checkpoint interval) rather than of a
+    backlog."""
+    lines: list[str] = []
+    commit = d["config"]["commit_interval_ms"]
+    for name, e in extra:
+        rates = sorted({r["rate"] for r in e["latency"]})
+        lines += [f"## Latency at a fixed {', '.join(f'{r:,}' for r in rates)} records/s (run {e['run']})", "",
+                  f"From `benchmarks/results/{name}`: the same latency phase at a rate every listed system "
+                  "sustains on this machine, so the numbers show the checkpoint/commit mechanism rather than "
+                  "a growing backlog.", ""]
+        lines += table(e, "p50 / p99 / max, ms", e["latency"], lambda r: _lat_cell(e, r))
+        rows = [r for r in e["latency"] if r["guarantee"] == "exactly_once" and r["system"].startswith("fw")
+                and r.get("p99_ms") is not None]
+        if rows:
+            lines += ["| target | workload | where we stand | met? |", "|---|---|---|---|"]
+            lines += [f"| EOS p99 ≤ {commit + 100} ms at {r['rate']:,}/s | {r['workload']} | {r['system']} p99 "
+                      f"{r['p99_ms']:,} ms | {'yes' if r['p99_ms'] <= commit + 100 else 'no'} |" for r in rows]
+            lines.append("")
+    return lines
+
+
 def main() -> None:
     path = Path(sys.argv[1])
     d = json.loads(path.read_text())
+    extra = [(Path(p).name, json.loads(Path(p).read_text())) for p in sys.argv[2:]]
     if _have_matplotlib():
         plot(d)
-    DOC.write_text(markdown(d, path.name))
+    text = markdown(d, path.name)
+    if extra:
+        marker = "## Targets"
+        text = text.replace(marker, "\n".join(supplementary(d, extra)) + "\n" + marker, 1)
+    DOC.write_text(text)
     print(DOC)
 
 
