@@ -194,31 +194,35 @@ def _have_matplotlib() -> bool:
     return True
 
 
-def plot(d: dict) -> None:
+def plot(d: dict, extra: list[tuple[str, dict]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     systems, cases = _systems(d), _cases(d)
-    tp, lat = _index(d["throughput"]), _index(d["latency"])
+    tp = _index(d["throughput"])
+    panels = [("end-to-end latency p99 at half our maximum rate, ms (black tick: p50), log scale", d)]
+    panels += [(f"end-to-end latency p99 at a fixed {', '.join(f'{r:,}' for r in sorted({x['rate'] for x in e['latency']}))}"
+                " records/s, ms (black tick: p50), log scale", e) for _, e in extra]
     labels = [f"{w} {G[g]}" for w, g in cases]
-    fig, axes = plt.subplots(2, 1, figsize=(15, 9))
+    fig, axes = plt.subplots(1 + len(panels), 1, figsize=(15, 4.5 * (1 + len(panels))))
     width = 0.8 / max(1, len(systems))
     for i, s in enumerate(systems):
         xs = [j + i * width for j in range(len(cases))]
         axes[0].bar(xs, [(tp.get((w, g, s)) or {}).get("records_per_s") or 0 for w, g in cases], width,
                     label=d["systems"][s])
-        axes[1].bar(xs, [(lat.get((w, g, s)) or {}).get("p99_ms") or 0 for w, g in cases], width,
-                    label=d["systems"][s])
-        axes[1].scatter(xs, [(lat.get((w, g, s)) or {}).get("p50_ms") or 0 for w, g in cases], marker="_",
-                        color="black", s=60, zorder=3)
-    for ax, title in ((axes[0], "throughput over the backlog, records/s"),
-                      (axes[1], "end-to-end latency p99, ms (black tick: p50), log scale")):
+        for ax, (_, src) in zip(axes[1:], panels):
+            lat = _index(src["latency"])
+            ax.bar(xs, [(lat.get((w, g, s)) or {}).get("p99_ms") or 0 for w, g in cases], width)
+            ax.scatter(xs, [(lat.get((w, g, s)) or {}).get("p50_ms") or 0 for w, g in cases], marker="_",
+                       color="black", s=60, zorder=3)
+    for ax, title in zip(axes, ["throughput over the backlog, records/s"] + [t for t, _ in panels]):
         ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(cases))], labels)
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
-    axes[1].set_yscale("log")
+    for ax in axes[1:]:
+        ax.set_yscale("log")
     axes[0].legend(fontsize=8, ncol=3)
     fig.suptitle(f"benchmarks/run {d['run']}: {d['config']['records']:,} records, {d['machine']['cores']} cores "
                  "(shared machine; regenerate before quoting)", fontsize=10)
@@ -235,16 +239,26 @@ def supplementary(d: dict, extra: list[tuple[str, dict]]) -> list[str]:
     for name, e in extra:
         rates = sorted({r["rate"] for r in e["latency"]})
         lines += [f"## Latency at a fixed {', '.join(f'{r:,}' for r in rates)} records/s (run {e['run']})", "",
-                  f"From `benchmarks/results/{name}`: the same latency phase at a rate every listed system "
-                  "sustains on this machine, so the numbers show the checkpoint/commit mechanism rather than "
-                  "a growing backlog.", ""]
-        lines += table(e, "p50 / p99 / max, ms", e["latency"], lambda r: _lat_cell(e, r))
+                  f"From `benchmarks/results/{name}`: the same latency phase at a fixed rate that most systems "
+                  "sustain on this machine, so their numbers show the checkpoint/commit mechanism rather than "
+                  f"a growing backlog; {e['config']['latency_seconds']:g} s measured after "
+                  f"{e['config']['latency_warmup_s']:g} s of warm-up.", ""]
+        lines += table(e, "p50 / p99 / max, ms (‡ = the rate is above the system's backlog throughput in the main "
+                       "run)", e["latency"], lambda r: _lat_cell(d, r))
         rows = [r for r in e["latency"] if r["guarantee"] == "exactly_once" and r["system"].startswith("fw")
                 and r.get("p99_ms") is not None]
         if rows:
             lines += ["| target | workload | where we stand | met? |", "|---|---|---|---|"]
             lines += [f"| EOS p99 ≤ {commit + 100} ms at {r['rate']:,}/s | {r['workload']} | {r['system']} p99 "
                       f"{r['p99_ms']:,} ms | {'yes' if r['p99_ms'] <= commit + 100 else 'no'} |" for r in rows]
+            for r in rows:
+                series = r.get("rss_mb_series") or []
+                if len(series) >= 4:
+                    settled, end = series[len(series) // 4][1], series[-1][1]
+                    growth = (end - settled) / settled if settled else 0
+                    lines.append(f"| memory flat at {r['rate']:,}/s (RSS after warm-up → end) | {r['workload']} | "
+                                 f"{r['system']} {settled:.0f} → {end:.0f} MB ({growth:+.0%}) | "
+                                 f"{'yes' if growth < 0.05 else 'no'} |")
             lines.append("")
     return lines
 
@@ -254,7 +268,7 @@ def main() -> None:
     d = json.loads(path.read_text())
     extra = [(Path(p).name, json.loads(Path(p).read_text())) for p in sys.argv[2:]]
     if _have_matplotlib():
-        plot(d)
+        plot(d, [(n, e) for n, e in extra if len(e["systems"]) > 1])  # comparisons only, not soaks
     text = markdown(d, path.name)
     if extra:
         marker = "## Targets"
