@@ -131,6 +131,15 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
         time.sleep(0.5)
 
 
+def kill_at_random_after(svc: ServiceProcess, progressed: Callable[[], bool], rng: Any, what: str,
+                         max_delay_s: float = 1.0) -> None:
+    """Once ``progressed()`` holds, SIGKILL ``svc`` at a random moment within ``max_delay_s``
+    (the moment is random on purpose: no result may depend on it)."""
+    wait_until(progressed, 120, what, svc.log_text)
+    time.sleep(rng.uniform(0.0, max_delay_s))
+    svc.kill()
+
+
 class Tail:
     """A read_committed reader that accumulates a topic's records as they become visible."""
 

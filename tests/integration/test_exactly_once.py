@@ -11,13 +11,11 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-import time
-
 import pytest
 
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 
-from tests.integration.harness import ServiceProcess, Tail, produce, read_topic, wait_until
+from tests.integration.harness import ServiceProcess, Tail, kill_at_random_after, produce, read_topic, wait_until
 from tests.integration.pipelines import parity
 
 N = 100_000
@@ -133,9 +131,7 @@ def test_exactly_once_one_process_killed_at_checkpoint_steps_restore_and_random(
         _feed(kafka_bootstrap, unique, chunk, chunks)
         svc.start()
         progress = sum(out.drain())
-        wait_until(lambda: sum(out.drain()) > progress, 120, "progress before a random kill", svc.log_text)
-        time.sleep(rng.uniform(0.0, 1.0))  # the kill's moment is random; no result depends on it
-        svc.kill()
+        kill_at_random_after(svc, lambda: sum(out.drain()) > progress, rng, "progress before a random kill")
     _feed(kafka_bootstrap, unique, 7, chunks)
     svc.start()
     wait_until(out.complete, 300, "all outputs", lambda: f"{out.drain()}\n{svc.log_text()[-3000:]}")
@@ -159,9 +155,7 @@ def test_exactly_once_two_processes_one_killed_repeatedly(kafka_bootstrap: str, 
         progress = sum(out.drain())
         _feed(kafka_bootstrap, unique, chunk, chunks)
         victim.start()
-        wait_until(lambda: sum(out.drain()) > progress, 120, "progress with both processes", victim.log_text)
-        time.sleep(rng.uniform(0.0, 1.0))  # the kill's moment is random; no result depends on it
-        victim.kill()
+        kill_at_random_after(victim, lambda: sum(out.drain()) > progress, rng, "progress with both processes")
     _feed(kafka_bootstrap, unique, 5, chunks)
     victim.start()
     wait_until(out.complete, 300, "all outputs", lambda: f"{out.drain()}\n{stable.log_text()[-3000:]}")
