@@ -193,13 +193,7 @@ class TestDriver:
             for src in self.pipeline.sources():
                 if topic is not None and src.topic.name != topic:
                     continue
-                inp = task.time.inputs[src.topic.name]
-                if inp.fed or watermark <= inp.watermark:
-                    continue
-                inp.watermark = watermark
-                if inp.generator is not None:
-                    inp.generator.watermark = max(inp.generator.watermark, watermark)
-                task.time.advanced(inp)
+                task.time.force(src.topic.name, watermark)
         self._settle()
 
     def advance_wall_clock(self, ms: int) -> None:

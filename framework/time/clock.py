@@ -124,6 +124,17 @@ class TaskClock:
             for _, fn, w in calls:
                 fn(w)
 
+    def force(self, topic: str, watermark: int) -> None:
+        """Raise a generated input's watermark to ``watermark`` (the TestDriver's
+        ``advance_watermark``): as if its generator had seen that much event time."""
+        inp = self.inputs[topic]
+        if inp.fed or watermark <= inp.watermark:
+            return
+        inp.watermark = watermark
+        if inp.generator is not None:
+            inp.generator.watermark = max(inp.generator.watermark, watermark)
+        self.advanced(inp)
+
     def on_control(self, inp: Input, header: bytes) -> None:
         """A watermark control record ``b"<upstream>/<count>:<watermark|idle>"`` on a fed input."""
         who, _, what = header.decode().partition(":")

@@ -29,16 +29,11 @@ class TimerService:
         self._store = store
         self._prefix = state_prefix(f"__timers.{domain}")
         self._live: set[Timer] = set()
-        for full, _ in store.iter_range(self._prefix, prefix_end(self._prefix)):
-            self._live.add(self._decode(full))
+        self._live.update(list_timers(store, domain))
         self._heap: list[Timer] = sorted(self._live)
 
     def _encode(self, t: Timer) -> bytes:
         return self._prefix + _TS.pack(t[0] + _BIAS) + t[1] + bytes((t[2],))
-
-    def _decode(self, full: bytes) -> Timer:
-        n = len(self._prefix)
-        return (_TS.unpack_from(full, n)[0] - _BIAS, full[n + 8 : -1], full[-1])
 
     def register(self, ts: int, key: bytes, namespace: int = 0) -> None:
         t = (ts, key, namespace)
@@ -81,5 +76,6 @@ def list_timers(store: CachedPartition, domain: str) -> list[Timer]:
     """The pending timers of a step's store (committed and cached), for inspection."""
     prefix = state_prefix(f"__timers.{domain}")
     n = len(prefix)
+    # key layout: prefix, timestamp (8 bytes, biased), key bytes, namespace (1 byte)
     return [(_TS.unpack_from(k, n)[0] - _BIAS, k[n + 8 : -1], k[-1])
             for k, _ in store.iter_range(prefix, prefix_end(prefix))]
