@@ -162,12 +162,17 @@ def test_a_union_fires_windows_only_when_both_sources_passed_them() -> None:
 # --- idleness ------------------------------------------------------------------------------------
 
 
-def test_an_idle_source_leaves_the_minimum_and_rejoins_when_data_arrives() -> None:
+def _idle_union() -> Pipeline:
+    """Two sources with a 1 s idle timeout, unioned into 1 s tumbling counts (step ``win``)."""
     p = Pipeline("idle")
     a = p.source(Topic("a"), watermarks=bounded(0, idle_timeout_ms=1000))
     b = p.source(Topic("b"), watermarks=bounded(0, idle_timeout_ms=1000))
     a.union(b, name="both").window(TumblingWindows(1000)).count(name="win").to(Topic("out"))
-    d = TestDriver(p)
+    return p
+
+
+def test_an_idle_source_leaves_the_minimum_and_rejoins_when_data_arrives() -> None:
+    d = TestDriver(_idle_union())
     d.pipe("a", {"ts": 10_000}, key="x")
     d.advance_wall_clock(999)
     assert d.watermark("win") == NO_WATERMARK and d.output("out") == []  # b: silent, not yet idle
@@ -189,11 +194,7 @@ def test_an_idle_source_leaves_the_minimum_and_rejoins_when_data_arrives() -> No
 def test_a_partition_silent_for_the_idle_timeout_is_idle_after_one_advance_of_the_wall_clock() -> None:
     """Records piped before ``advance_wall_clock(timeout)`` arrived at the old wall time: after
     the advance their partitions have been silent for the whole timeout."""
-    p = Pipeline("idle")
-    a = p.source(Topic("a"), watermarks=bounded(0, idle_timeout_ms=1000))
-    b = p.source(Topic("b"), watermarks=bounded(0, idle_timeout_ms=1000))
-    a.union(b, name="both").window(TumblingWindows(1000)).count(name="win").to(Topic("out"))
-    d = TestDriver(p)
+    d = TestDriver(_idle_union())
     d.pipe("a", {"ts": 10_000}, key="x")
     d.pipe("b", {"ts": 5_000}, key="x")
     assert d.watermark("win") == 4_999
