@@ -283,9 +283,14 @@ def free_port_pair(start: int = 39192, stop: int = 39992) -> int:
 
 def _cluster_id() -> str:
     # KRaft cluster ids are 16 random bytes, URL-safe base64 without padding (22 chars).
+    # Like Kafka's own Uuid.randomUuid, refuse ids starting with "-": the storage tool's
+    # argument parser would read one as an option (one id in 64 would fail to format).
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _alive(pid: int) -> bool:

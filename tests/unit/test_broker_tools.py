@@ -55,3 +55,17 @@ def test_taken_port_is_one_line_naming_the_port_and_the_setting(tmp_path: Path) 
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert f"port {taken} on 127.0.0.1 is taken" in lines[0] and "FW_BROKER_PORT" in lines[0]
+
+
+def test_cluster_ids_never_start_with_a_dash(monkeypatch) -> None:
+    """The storage tool reads an id starting with "-" as an option; one uuid in 64 encodes that way."""
+    import uuid
+
+    from framework.broker import local
+
+    dashed = uuid.UUID(bytes=b"\xfb" + bytes(15))  # base64 of 0xfb... starts with "-"
+    plain = uuid.UUID(bytes=bytes(16))
+    draws = iter([dashed, plain])
+    monkeypatch.setattr(local.uuid, "uuid4", lambda: next(draws))
+    cluster_id = local._cluster_id()
+    assert len(cluster_id) == 22 and not cluster_id.startswith("-")
