@@ -18,6 +18,7 @@ from framework.errors import FatalKafkaError, KafkaClientError
 
 log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
+_ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses
 Verdict = Literal["retry", "abort", "fatal"]
 
 
@@ -51,6 +52,7 @@ class KafkaOutput:
             conf["transactional.id"] = transactional_id
         self.transactional = bool(transactional_id)
         self._p = Producer(conf)
+        self._output_report = None if self.transactional else self._on_delivery
         self._changelog_ends: dict[TP, int] = {}
         self._delivery_error: KafkaError | None = None
 
@@ -58,14 +60,19 @@ class KafkaOutput:
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
                 headers: Headers = None, partition: int | None = None) -> None:
-        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
-        if timestamp:
-            kwargs["timestamp"] = timestamp
-        if headers:
-            kwargs["headers"] = list(headers)
-        if partition is not None:
-            kwargs["partition"] = partition
-        self._produce(topic, kwargs)
+        # Positional arguments (topic, value, key, partition, on_delivery, callback, timestamp,
+        # headers): building a kwargs dict per record cost more than the produce call itself.
+        # Under exactly-once an output needs no delivery report: librdkafka fails the
+        # transaction's commit when any of its records fails delivery.
+        part = _ANY_PARTITION if partition is None else partition
+        hdrs = list(headers) if headers else None
+        try:
+            self._p.produce(topic, value, key, part, self._output_report, None, timestamp or 0, hdrs)
+        except BufferError:
+            self._p.poll(0.05)  # local queue full: let deliveries drain (backpressure)
+            self._produce(topic, {"key": key, "value": value, "partition": part,
+                                  "timestamp": timestamp or 0, "headers": hdrs,
+                                  "on_delivery": self._output_report})
 
     def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None,
                           headers: Headers) -> None:

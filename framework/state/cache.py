@@ -60,7 +60,16 @@ class CachedPartition:
         self._cache[key] = value
 
     def delete(self, key: bytes) -> None:
-        self._cache[key] = _DELETED
+        cache = self._cache
+        if key in cache and cache[key] is not _DELETED:
+            # Written in this interval: if it exists nowhere else (a timer or window that
+            # lived and died between two checkpoints), forget it instead of writing a tombstone
+            # to the changelog and the WriteBatch.
+            snapshot = self._snapshot
+            if (snapshot is None or key not in snapshot) and self.backend.get(key) is None:
+                del cache[key]
+                return
+        cache[key] = _DELETED
 
     def _overlay(self) -> dict[bytes, Any]:
         snapshot = self._snapshot

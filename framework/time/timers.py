@@ -47,10 +47,20 @@ class TimerService:
         if t in self._live:
             self._live.discard(t)
             self._store.delete(self._encode(t))
+            heap = self._heap
+            if len(heap) > 2 * len(self._live) + 1024:  # deleted timers stay in the heap: compact
+                heap[:] = self._live  # in place: a running ``due`` holds this list
+                heapq.heapify(heap)
 
-    def due(self, limit: int) -> Iterator[Timer]:
+    def due(self, limit: int) -> Iterator[Timer] | tuple[()]:
         """Remove and yield, in order, every timer with timestamp <= ``limit``, including
         timers registered while iterating."""
+        heap = self._heap
+        if not heap or heap[0][0] > limit:
+            return ()  # the common case on every watermark advance: no generator to build
+        return self._drain(limit)
+
+    def _drain(self, limit: int) -> Iterator[Timer]:
         heap, live = self._heap, self._live
         while heap and heap[0][0] <= limit:
             t = heapq.heappop(heap)

@@ -5,7 +5,8 @@ State layout in the step's store (keys are ``framework.state.keys`` layouts):
 - time windows: one accumulator per (key, window start) under ``win``;
 - sessions: the key's open sessions ``[[start, end, acc], ...]`` under ``sessions``;
 - count and global windows: the key's pending ``[count, acc or elements, min ts, max ts]``;
-- timers: the step's ``TimerService`` (``FIRE`` at ``end − 1``, ``CLEAN`` at ``end − 1 + L``).
+- timers: the step's ``TimerService`` (``FIRE`` at ``end − 1``, ``CLEAN`` at ``end − 1 + L``;
+  a session's timers may be earlier, and re-arm at its end when they find it extended).
 
 Lateness is Flink's, per window: a record joins each window whose cleanup time
 ``end − 1 + L`` is after the watermark; joining a window that already fired re-emits it;
@@ -188,10 +189,15 @@ class _SessionOp(_WindowOp):
         if end - 1 + lateness <= wm:
             self.late(k, v, ts)
             return
+        # Timers are lazy: every session has a pending FIRE timer at or before its end − 1
+        # (until it fired) and a CLEAN timer at or before its end − 1 + L. A merged session
+        # ends no earlier than what it absorbed, so it inherits their timers; a timer that
+        # finds its session extended re-arms at the new end (``fire``). Extending a session,
+        # the common case, then costs no timer writes.
         acc: Any = _MISSING
+        pending_fire = False
         for s in absorbed:
-            self.timers.delete(s[1] - 1, kb, FIRE)
-            self.timers.delete(s[1] - 1 + lateness, kb, CLEAN)
+            pending_fire = pending_fire or s[1] - 1 > wm
             try:
                 acc = s[2] if acc is _MISSING else self.merge(acc, s[2])
             except Exception as exc:
@@ -200,28 +206,36 @@ class _SessionOp(_WindowOp):
         keep.append([start, end, acc])
         keep.sort(key=lambda s: s[0])
         self.store.put(skey, keep)
-        if lateness:
+        if lateness and not absorbed:
             self.timers.register(end - 1 + lateness, kb, CLEAN)
         if end - 1 <= wm:
             self.emit_now(k, start, end, acc, end - 1)
             return
-        self.timers.register(end - 1, kb, FIRE)
+        if not pending_fire:
+            self.timers.register(end - 1, kb, FIRE)
         if self.early:
             self.emit_now(k, start, end, acc, end - 1)
 
     def fire(self, ts: int, kb: bytes, ns: int) -> None:
         skey = keyed(self.prefix, kb)
         sessions: list[list[Any]] = self.store.get(skey) or []
-        end = ts + 1 if ns == FIRE else ts + 1 - self.lateness
+        lateness = self.lateness
+        delay = 0 if ns == FIRE else lateness  # a session's timer is due at its end − 1 + delay
         kept = []
         for s in sessions:
-            if s[1] != end:
-                kept.append(s)
-                continue
-            if ns == FIRE:
-                self.emit(self.kd(kb), s[0], s[1], s[2], end - 1)
-                if self.lateness:
-                    kept.append(s)
+            due = s[1] - 1 + delay
+            if due > ts:  # the session grew since this timer was set: re-arm at its end
+                self.timers.register(due, kb, ns)
+            elif due == ts:
+                if ns == FIRE:
+                    self.emit(self.kd(kb), s[0], s[1], s[2], s[1] - 1)
+                    if not lateness:
+                        continue
+                else:
+                    continue  # cleanup: purge
+            kept.append(s)
+        if len(kept) == len(sessions):
+            return
         if kept:
             self.store.put(skey, kept)
         else:

@@ -207,6 +207,31 @@ def test_changes_of_an_empty_cache_do_not_swallow_later_writes(cache: CachedPart
     assert backend_items(cache.backend) == {b"k": "v"}
 
 
+def test_a_key_created_and_deleted_within_one_interval_leaves_no_tombstone(cache: CachedPartition) -> None:
+    """A timer or window that lives and dies between two checkpoints writes nothing at all."""
+    cache.put(b"short-lived", 1)
+    cache.delete(b"short-lived")
+    assert cache.get(b"short-lived") is None
+    assert cache.changes() == {}
+
+
+def test_deleting_a_key_that_exists_elsewhere_still_writes_a_tombstone(cache: CachedPartition) -> None:
+    cache.put(b"committed", 1)
+    cache.put(b"in-snapshot", 2)
+    cache.commit(1)
+    cache.put(b"in-snapshot", 3)
+    cache.changes()  # handed to the changelog, not yet committed
+    cache.put(b"committed", 10)
+    cache.delete(b"committed")  # written this interval, but the backend has it
+    cache.put(b"in-snapshot", 4)
+    cache.delete(b"in-snapshot")  # written this interval, but the pending changelog has it
+    cache.commit(2)
+    assert backend_items(cache.backend) == {b"committed": 1, b"in-snapshot": 3}
+    assert cache.changes() == {b"committed": None, b"in-snapshot": None}
+    cache.commit(3)
+    assert backend_items(cache.backend) == {}
+
+
 def test_size_counts_committed_and_new_cached_keys(cache: CachedPartition) -> None:
     cache.put(b"a", 1)
     cache.put(b"b", 2)
