@@ -110,6 +110,7 @@ class ProcessingConfig:
     revoke_timeout_ms: int = 30000
     max_tolerated_downtime_ms: int = 10000
     watermark_interval_ms: int = 200
+    stall_warning_ms: int = 30000
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +201,7 @@ _MINIMUMS = (  # (section, field, smallest allowed value)
     ("processing", "revoke_timeout_ms", 1),
     ("processing", "max_tolerated_downtime_ms", 0),
     ("processing", "watermark_interval_ms", 1),
+    ("processing", "stall_warning_ms", 1),
 )
 _RESERVED = (  # settings the framework owns; a second way to set them would be ambiguous
     *((m, "bootstrap.servers", "use kafka.bootstrap_servers") for m in _MAPPING_FIELDS),

@@ -160,6 +160,7 @@ class GroupConsumer:
         }
         conf.update(settings)
         self._c = Consumer(conf)
+        self.paused: set[TP] = set()
 
     def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
                   on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None]) -> None:
@@ -170,10 +171,12 @@ class GroupConsumer:
         def revoked(consumer: Consumer, parts: list[TopicPartition]) -> None:
             on_revoke([(tp.topic, tp.partition) for tp in parts])
             consumer.unassign()
+            self.paused.clear()
 
         def lost(consumer: Consumer, parts: list[TopicPartition]) -> None:
             on_lost([(tp.topic, tp.partition) for tp in parts])
             consumer.unassign()
+            self.paused.clear()
 
         self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=lost)
 
@@ -184,11 +187,47 @@ class GroupConsumer:
         parts = [TopicPartition(t, p) for t, p in tps]
         if parts:
             self._c.pause(parts)
+            self.paused.update((tp.topic, tp.partition) for tp in parts)
 
     def resume(self, tps: Iterable[TP]) -> None:
         parts = [TopicPartition(t, p) for t, p in tps]
         if parts:
             self._c.resume(parts)
+            self.paused.difference_update((tp.topic, tp.partition) for tp in parts)
+
+    def backlog(self, timeout_s: float = 5.0) -> dict[TP, tuple[int, int]]:
+        """``(position, end offset)`` of every assigned partition whose end is past its
+        position: records wait there. The end is the client's cached high watermark (control
+        markers and aborted records are skipped by the position, so a partition read to its
+        end shows none); where nothing was consumed yet the committed offset is the position."""
+        positions = self._c.position(self._c.assignment())
+        unknown = [TopicPartition(tp.topic, tp.partition) for tp in positions if tp.offset < 0]
+        committed = {}
+        if unknown:
+            try:
+                committed = {(tp.topic, tp.partition): tp.offset
+                             for tp in self._c.committed(unknown, timeout=timeout_s)}
+            except KafkaException:
+                return {}  # the broker does not answer: the client log says why
+        out: dict[TP, tuple[int, int]] = {}
+        for tp in positions:
+            key = (tp.topic, tp.partition)
+            pos = tp.offset if tp.offset >= 0 else max(committed.get(key, 0), 0)
+            try:
+                _, end = self._c.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            if end > pos:
+                out[key] = (pos, end)
+        return out
+
+    def stable_end(self, tp: TP, timeout_s: float = 5.0) -> int | None:
+        """The last stable offset (read_committed reads stop there: an open transaction
+        upstream holds it back); asks the broker. None when it does not answer."""
+        try:
+            return self._c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout_s)[1]
+        except KafkaException:
+            return None
 
     def positions(self) -> dict[TP, int]:
         """Next offset to consume per assigned partition that has consumed something."""

@@ -26,6 +26,7 @@ from framework.runtime.topics import ensure_service_topics
 from framework.state.rocksdb import RocksDBBackend
 
 log = logging.getLogger("framework.runtime")
+_STALL_DETAIL = 8  # partitions described (one broker request each) in a stall warning
 
 
 class Service:
@@ -86,22 +87,51 @@ class Service:
         consume = self.consumer.consume
         batch, timeout = self.config.processing.consume_batch_size, self.config.processing.consume_timeout_ms / 1000
         ckpt, tick_s = self.checkpointer, self.config.processing.watermark_interval_ms / 1000
+        stall_s = self.config.processing.stall_warning_ms / 1000
         next_tick = 0.0
+        stall_check = time.monotonic() + stall_s
         while not self._stop and (until is None or not until(self)):
             if self.restorer.busy:
                 self.restorer.step()
             msgs = consume(batch, timeout)
+            now = time.monotonic()
             if msgs:
+                stall_check = now + stall_s
                 self._process(msgs)
                 for task in self.tasks.values():
                     task.flush_watermarks()  # watermarks leave at the end of each batch, in its transaction
-            now = time.monotonic()
+            elif now >= stall_check:
+                stall_check = now + stall_s
+                self._warn_if_stalled(stall_s)
             if now >= next_tick:  # idleness, processing-time timers, periodic watermarks
                 next_tick = now + tick_s
                 for task in self.tasks.values():
                     if task.tick():
                         ckpt.dirty = True
             ckpt.maybe_checkpoint()
+
+    def _warn_if_stalled(self, stall_s: float) -> None:
+        """Nothing consumed for ``stall_s``: if records are waiting, say where everything stands."""
+        waiting = self.consumer.backlog()
+        if not waiting:
+            return
+        parts = []
+        for tp, (pos, end) in sorted(waiting.items())[:_STALL_DETAIL]:
+            stable = self.consumer.stable_end(tp)
+            task = ("running" if tp in self.routes else "restoring" if tp[1] in self.restorer.pending
+                    else "no task")
+            held = (f", held at offset {stable} by a transaction still open upstream"
+                    if stable is not None and stable <= pos else "")
+            parts.append(f"{tp[0]}[{tp[1]}] at offset {pos} of {end} ("
+                         f"{'paused' if tp in self.consumer.paused else 'fetching'}, {task}{held})")
+        if len(waiting) > _STALL_DETAIL:
+            parts.append(f"and {len(waiting) - _STALL_DETAIL} more partitions")
+        ckpt = self.checkpointer
+        log.warning("no input record for %.0f s although records are waiting: %s; checkpoints: "
+                    "%d completed, %d aborted. A transaction open upstream holds read_committed "
+                    "consumers until it commits or aborts (transaction.timeout.ms of its producer); "
+                    "otherwise see the client log for broker errors", stall_s, "; ".join(parts),
+                    ckpt.completed, ckpt.aborted)
 
     def _process(self, msgs: list[Any]) -> None:
         """The hot loop: route each record to its task's compiled handler."""
