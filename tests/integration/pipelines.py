@@ -240,3 +240,35 @@ def fast_and_slow() -> Pipeline:
         .window(TumblingWindows(1_000), late=f"fs-late-{s}") \
         .aggregate(lambda: [0, 0], _count_sum, name="windows").to(Topic(f"fs-out-{s}"), name="to-out")
     return p
+
+
+# -- watermarks between two services ---------------------------------------------------------
+
+CHAIN_BOUND_MS = 1_000
+CHAIN_WINDOW_MS = 60_000
+
+
+def chain_upstream() -> Pipeline:
+    """Clicks {"user", "ts"} (2 partitions, watermarks bounded by 1 s) -> enriched, written to
+    ``ch-mid-<suffix>`` (3 partitions) with the upstream tasks' watermarks in band."""
+    s = _suffix()
+    p = Pipeline(f"ch-up-{s}", partitions=2)
+    src = p.source(Topic(f"ch-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2),
+                   watermarks=WatermarkStrategy.bounded_out_of_orderness(CHAIN_BOUND_MS, timestamp="ts"),
+                   name="in")
+    src.map(lambda v: {**v, "enriched": True}, name="enrich") \
+        .to(Topic(f"ch-mid-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=3,
+                  watermarks=True), name="to-mid")
+    return p
+
+
+def chain_downstream() -> Pipeline:
+    """Another service: ``ch-mid-<suffix>`` with ``from_upstream`` watermarks -> clicks per user
+    and minute (event time) -> ``ch-out-<suffix>``; late records -> ``ch-late-<suffix>``."""
+    s = _suffix()
+    p = Pipeline(f"ch-down-{s}", partitions=3)
+    src = p.source(Topic(f"ch-mid-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=3),
+                   watermarks=WatermarkStrategy.from_upstream(timestamp="ts"), name="mid")
+    src.window(TumblingWindows(CHAIN_WINDOW_MS), late=f"ch-late-{s}").count(name="per-minute") \
+        .to(Topic(f"ch-out-{s}"), name="to-out")
+    return p
