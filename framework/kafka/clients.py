@@ -8,6 +8,7 @@ Consumed records are ``confluent_kafka.Message`` objects, which already have the
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -20,6 +21,10 @@ log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses
 Verdict = Literal["retry", "abort", "fatal"]
+_NOT_READY_YET = (  # a partition just created, or moving: its leader is not known yet
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+)
 
 
 def classify(exc: BaseException) -> Verdict:
@@ -282,8 +287,24 @@ class ChangelogReader:
             self._assigned.discard(tp)
 
     def end_offset(self, tp: TP, timeout_s: float) -> int:
-        _, high = self._c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout_s)
-        return high
+        """The changelog partition's end. A topic created moments ago may have no leader
+        yet (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, unknown partition): ask again
+        until ``timeout_s`` has passed, then raise what the broker said."""
+        deadline = time.monotonic() + timeout_s
+        backoff = 0.05
+        while True:
+            try:
+                remaining = max(deadline - time.monotonic(), 0.1)
+                _, high = self._c.get_watermark_offsets(TopicPartition(*tp), timeout=remaining)
+                return high
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                transient = err is not None and (err.retriable() or err.code() in _NOT_READY_YET)
+                if not transient or time.monotonic() + backoff > deadline:
+                    raise
+                log.info("changelog %s[%d] not ready (%s): asking again", tp[0], tp[1], err.str())
+                time.sleep(backoff)  # the broker is electing a leader: back off, then ask again
+                backoff = min(backoff * 2, 1.0)
 
     def read(self, n: int, timeout_s: float) -> list[tuple[TP, int, bytes | None, bytes | None] | tuple[TP, None]]:
         """Records as ``(tp, offset, key, value)``; end-of-partition as ``(tp, None)``."""
