@@ -76,6 +76,21 @@ class ServiceProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def service_env(bootstrap: str, suffix: str, *, guarantee: str = "exactly_once",
+                checkpoint_interval_ms: int = 100, batch_size: int = 200) -> dict[str, str]:
+    """A test service's environment: the broker, the suffix of its topic and group names,
+    its guarantee, short checkpoints and small batches (crashes land between many
+    checkpoints), and a 6 s session timeout (a killed member's partitions move on soon)."""
+    return {
+        "FW_BOOTSTRAP_SERVERS": bootstrap,
+        "FW_TEST_SUFFIX": suffix,
+        "FW_GUARANTEE": guarantee,
+        "FW_PROCESSING__CHECKPOINT_INTERVAL_MS": str(checkpoint_interval_ms),
+        "FW_PROCESSING__CONSUME_BATCH_SIZE": str(batch_size),
+        "FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS": "6000",
+    }
+
+
 def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> int:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
                          "partitioner": "murmur2_random"})

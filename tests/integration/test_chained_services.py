@@ -25,6 +25,7 @@ from tests.integration.harness import (
     kill_at_random_after,
     produce_to_partitions,
     read_topic,
+    service_env,
     wait_until,
 )
 from tests.integration.pipelines import CHAIN_BOUND_MS, CHAIN_WINDOW_MS
@@ -35,17 +36,6 @@ STEP_MS = 250  # event time advances 250 ms per click: about 17 minutes of click
 JITTER_MS = 700  # every click is up to 700 ms behind its slot: disorder within the bound
 assert JITTER_MS + STEP_MS <= CHAIN_BOUND_MS
 T0 = 1_700_000_000_000
-
-
-def _env(bootstrap: str, suffix: str) -> dict[str, str]:
-    return {
-        "FW_BOOTSTRAP_SERVERS": bootstrap,
-        "FW_TEST_SUFFIX": suffix,
-        "FW_GUARANTEE": "exactly_once",
-        "FW_PROCESSING__CHECKPOINT_INTERVAL_MS": "100",
-        "FW_PROCESSING__CONSUME_BATCH_SIZE": "200",
-        "FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS": "6000",
-    }
 
 
 def _clicks(rng: random.Random) -> list[tuple[int, bytes, bytes]]:
@@ -66,7 +56,7 @@ def _end_of_input(last_ts: int) -> list[tuple[int, bytes, bytes]]:
 
 
 def test_windows_downstream_close_on_upstream_watermarks_exactly_once_across_sigkills(
-        kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
     rng = random.Random(7)
     clicks = _clicks(rng)
     expected = Counter()
@@ -75,38 +65,34 @@ def test_windows_downstream_close_on_upstream_watermarks_exactly_once_across_sig
         expected[(key.decode(), ts - ts % CHAIN_WINDOW_MS)] += 1
     source, mid, out, late = (f"ch-in-{unique}", f"ch-mid-{unique}", f"ch-out-{unique}", f"ch-late-{unique}")
     ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(source, 2)])
-    env = _env(kafka_bootstrap, unique)
+    env = service_env(kafka_bootstrap, unique)
     up = ServiceProcess("tests.integration.pipelines:chain_upstream", tmp_path, "up", env).start()
     down = ServiceProcess("tests.integration.pipelines:chain_downstream", tmp_path, "down", env).start()
+    services += [up, down]
 
     def outputs() -> list[dict]:
         return [json.loads(r.value) | {"key": r.key.decode()} for r in read_topic(kafka_bootstrap, out)]
 
-    try:
-        half = len(clicks) // 2
-        produce_to_partitions(kafka_bootstrap, source, clicks[:half])
-        # Mid-stream: windows have started to close downstream; kill both services at random moments.
-        kill_at_random_after(down, lambda: len(outputs()) > 0, rng, "downstream windows to close", max_delay_s=0.5)
-        kill_at_random_after(up, lambda: True, rng, "the upstream service", max_delay_s=0.5)
-        produce_to_partitions(kafka_bootstrap, source, clicks[half:])
-        last_ts = max(json.loads(v)["ts"] for _, _, v in clicks)
-        produce_to_partitions(kafka_bootstrap, source, _end_of_input(last_ts))
-        up.start()
-        down.start()
+    half = len(clicks) // 2
+    produce_to_partitions(kafka_bootstrap, source, clicks[:half])
+    # Mid-stream: windows have started to close downstream; kill both services at random moments.
+    kill_at_random_after(down, lambda: len(outputs()) > 0, rng, "downstream windows to close", max_delay_s=0.5)
+    kill_at_random_after(up, lambda: True, rng, "the upstream service", max_delay_s=0.5)
+    produce_to_partitions(kafka_bootstrap, source, clicks[half:])
+    last_ts = max(json.loads(v)["ts"] for _, _, v in clicks)
+    produce_to_partitions(kafka_bootstrap, source, _end_of_input(last_ts))
+    up.start()
+    down.start()
 
-        wait_until(lambda: len(outputs()) >= len(expected), 120, "every window downstream",
-                   lambda: down.log_text()[-3000:])
-        results = outputs()
-        fired = Counter((r["key"], r["start"]) for r in results)
-        assert max(fired.values()) == 1, "a window was emitted twice"
-        assert {(r["key"], r["start"]): r["value"] for r in results} == dict(expected)
-        assert all(r["end"] == r["start"] + CHAIN_WINDOW_MS for r in results)
-        assert read_topic(kafka_bootstrap, late) == []  # within the bound nothing is late downstream
-        # The control records crossed: every partition between the services carries them.
-        control = [r for r in read_topic(kafka_bootstrap, mid) if WATERMARK_HEADER in r.headers]
-        assert {r.partition for r in control} == {0, 1, 2}
-        assert up.stop() == 0 and down.stop() == 0
-    finally:
-        for svc in (up, down):
-            if svc.alive:
-                svc.kill()
+    wait_until(lambda: len(outputs()) >= len(expected), 120, "every window downstream",
+               lambda: down.log_text()[-3000:])
+    results = outputs()
+    fired = Counter((r["key"], r["start"]) for r in results)
+    assert max(fired.values()) == 1, "a window was emitted twice"
+    assert {(r["key"], r["start"]): r["value"] for r in results} == dict(expected)
+    assert all(r["end"] == r["start"] + CHAIN_WINDOW_MS for r in results)
+    assert read_topic(kafka_bootstrap, late) == []  # within the bound nothing is late downstream
+    # The control records crossed: every partition between the services carries them.
+    control = [r for r in read_topic(kafka_bootstrap, mid) if WATERMARK_HEADER in r.headers]
+    assert {r.partition for r in control} == {0, 1, 2}
+    assert up.stop() == 0 and down.stop() == 0

@@ -27,7 +27,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from tests.integration.harness import (
     end_offsets,
     produce_to_partitions,
     read_topic,
+    service_env,
     wait_until,
 )
 from tests.integration.pipelines import (
@@ -68,17 +69,6 @@ WINDOW_OUTPUTS = ("tumbling", "sliding", "session", "count", "count-sliding", "g
 
 Input = tuple[int, str, dict[str, Any]]  # (partition, key, value)
 PerKey = dict[Any, Counter[str]]
-
-
-def _env(bootstrap: str, suffix: str) -> dict[str, str]:
-    return {
-        "FW_BOOTSTRAP_SERVERS": bootstrap,
-        "FW_TEST_SUFFIX": suffix,
-        "FW_GUARANTEE": "exactly_once",
-        "FW_PROCESSING__CHECKPOINT_INTERVAL_MS": "100",
-        "FW_PROCESSING__CONSUME_BATCH_SIZE": "200",
-        "FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS": "6000",
-    }
 
 
 def _keys_in(partition: int, partitions: int, prefix: str, n: int = 1) -> list[str]:
@@ -157,19 +147,9 @@ def _source_caught_up(bootstrap: str, group: str, topic: str) -> bool:
     return committed_offsets(bootstrap, group, topic) == end_offsets(bootstrap, topic)
 
 
-@pytest.fixture
-def services() -> Iterator[list[ServiceProcess]]:
-    """The test's services; any still running at the end (a failed test) is SIGKILLed."""
-    started: list[ServiceProcess] = []
-    yield started
-    for svc in started:
-        if svc.alive:
-            svc.kill()
-
-
 def _service(services: list[ServiceProcess], target: str, tmp_path: Path, bootstrap: str,
              suffix: str) -> ServiceProcess:
-    svc = ServiceProcess(f"tests.integration.pipelines:{target}", tmp_path, "0", _env(bootstrap, suffix))
+    svc = ServiceProcess(f"tests.integration.pipelines:{target}", tmp_path, "0", service_env(bootstrap, suffix))
     services.append(svc)
     return svc
 

@@ -15,7 +15,15 @@ import pytest
 
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 
-from tests.integration.harness import ServiceProcess, Tail, kill_at_random_after, produce, read_topic, wait_until
+from tests.integration.harness import (
+    ServiceProcess,
+    Tail,
+    kill_at_random_after,
+    produce,
+    read_topic,
+    service_env,
+    wait_until,
+)
 from tests.integration.pipelines import parity
 
 N = 100_000
@@ -32,14 +40,7 @@ CHUNKS = [(1, 40_001), (40_001, 60_001), (60_001, 80_001), (80_001, N + 1)]
 
 
 def _env(bootstrap: str, suffix: str, guarantee: str) -> dict[str, str]:
-    return {
-        "FW_BOOTSTRAP_SERVERS": bootstrap,
-        "FW_TEST_SUFFIX": suffix,
-        "FW_GUARANTEE": guarantee,
-        "FW_PROCESSING__CHECKPOINT_INTERVAL_MS": "200",
-        "FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS": "6000",
-        "FW_PROCESSING__CONSUME_BATCH_SIZE": "2000",
-    }
+    return service_env(bootstrap, suffix, guarantee=guarantee, checkpoint_interval_ms=200, batch_size=2000)
 
 
 class Outputs:
