@@ -1,7 +1,11 @@
 """Flink-style stateful stream processing on Apache Kafka, in Python.
 
 The public API: define a ``Pipeline`` of steps over ``Topic``s, keep keyed state in a
-``ProcessFunction``, unit-test it with the ``TestDriver``, run it with ``fw run``.
+``ProcessFunction`` (its ``ProcessContext`` gives ``ValueState``, ``MapState`` and
+``ListState``), register the user types state may hold (``CustomType``), unit-test it with
+the ``TestDriver``, run it with ``fw run``. Everything a service needs is exported here or
+by the public packages (``framework.pipeline``, ``serde``, ``time``, ``windows``,
+``testing``); the other modules are the implementation.
 """
 
 from framework.config import Config, Guarantee, OnError
@@ -13,9 +17,11 @@ from framework.errors import (
     ProcessingError,
     RecordError,
     SerializationError,
+    StateError,
 )
-from framework.pipeline import CoProcessFunction, Pipeline, ProcessFunction, Stream, Topic
-from framework.serde import AvroSerde, BytesSerde, IntSerde, JsonSerde, StringSerde, load_schema
+from framework.pipeline import CoProcessFunction, Pipeline, ProcessContext, ProcessFunction, Stream, Topic
+from framework.serde import AvroSerde, BytesSerde, CustomType, IntSerde, JsonSerde, StringSerde, load_schema
+from framework.state.views import ListState, MapState, ValueState
 from framework.testing import TestDriver, TestRecord
 from framework.time import NO_WATERMARK, WatermarkStrategy
 from framework.windows import (
@@ -36,28 +42,34 @@ __all__ = [
     "ConfigError",
     "CountTrigger",
     "CountWindows",
+    "CustomType",
     "DeserializationError",
     "FrameworkError",
     "GlobalWindows",
     "Guarantee",
     "IntSerde",
     "JsonSerde",
+    "ListState",
+    "MapState",
     "NO_WATERMARK",
     "OnError",
     "Pipeline",
     "PipelineError",
+    "ProcessContext",
     "ProcessFunction",
     "ProcessingError",
     "RecordError",
     "SerializationError",
     "SessionWindows",
     "SlidingWindows",
+    "StateError",
     "Stream",
     "StringSerde",
     "TestDriver",
     "TestRecord",
     "Topic",
     "TumblingWindows",
+    "ValueState",
     "WatermarkStrategy",
     "Window",
     "load_schema",

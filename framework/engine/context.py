@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from framework.errors import RecordCoordinates, SerializationError
+from framework.serde.values import ValueCodec
 from framework.state.cache import CachedPartition
 from framework.time.clock import Clock, TaskClock
 
@@ -13,7 +14,8 @@ Headers = Sequence[tuple[str, bytes]] | None
 
 
 class InputRecord(Protocol):
-    """The shape of a consumed record (confluent_kafka.Message has exactly these methods)."""
+    """The shape of a consumed record: ``confluent_kafka.Message`` has exactly these methods,
+    and ``framework.engine.record.Record`` is the same for every other engine."""
 
     def topic(self) -> str: ...
     def partition(self) -> int: ...
@@ -22,6 +24,7 @@ class InputRecord(Protocol):
     def value(self) -> bytes | None: ...
     def timestamp(self) -> tuple[int, int]: ...
     def headers(self) -> list[tuple[str, bytes]] | None: ...
+    def error(self) -> Any: ...
 
 
 class Output(Protocol):
@@ -40,14 +43,16 @@ class Output(Protocol):
 
 class TaskContext:
     """Per task: partition number, service name, stores by step name, output, current record,
-    and its time: the task clock, watermark and processing-time listeners, counters."""
+    the value codec, and its time: the task clock, watermark and processing-time listeners,
+    counters."""
 
     __slots__ = ("service", "partition", "output", "stores", "current", "pipeline", "time", "counters",
-                 "processing_listeners", "order", "task")
+                 "processing_listeners", "order", "task", "codec")
 
     def __init__(self, pipeline: Any, partition: int, output: Output,
-                 stores: dict[str, CachedPartition], time: TaskClock, task: Any) -> None:
+                 stores: dict[str, CachedPartition], time: TaskClock, task: Any, codec: ValueCodec) -> None:
         self.pipeline = pipeline
+        self.codec = codec
         self.service: str = pipeline.name
         self.partition = partition
         self.output = output
@@ -67,7 +72,7 @@ class TaskContext:
 
     def clock_for(self, step: str) -> Clock:
         """The clock (watermark) of ``step``: the minimum over the inputs that reach it."""
-        return self.time.clock(self.pipeline.step_inputs(step))
+        return self.time.clock(self.pipeline.step_inputs(step), step)
 
     def on_watermark(self, step: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(watermark)`` whenever ``step``'s watermark advances."""

@@ -1,10 +1,11 @@
 """A task: one partition number of a service, compiled once into per-topic handlers.
 
-The three drivers (Kafka runtime, TestDriver, Spark replay) all create ``Task`` objects and
-call ``handle(record)`` per consumed record; the task decodes, runs the compiled closures of
-the pipeline, and routes a failing record to the dead-letter topic. Checkpoint support is
-split in the steps of the checkpoint procedure: ``produce_changelogs`` (step 1),
-``commit_state`` (step 4) and ``discard_state`` (abort).
+Tasks are made and driven by the ``TaskRunner`` (``framework.engine.runner``), the same for
+the Kafka runtime, the TestDriver and the Spark replay. A task decodes each record, runs
+the compiled closures of the pipeline (``framework.engine.compile``), and sends a failing
+record to the dead-letter topic. Checkpoint support is split in the steps of the checkpoint
+procedure: ``produce_changelogs`` (step 1), ``commit_state`` (the state write) and
+``discard_state`` (abort).
 """
 
 from __future__ import annotations
@@ -15,17 +16,21 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from framework.engine.compile import build_step
 from framework.engine.context import InputRecord, Output, TaskContext
-from framework.errors import DeserializationError, PipelineError, ProcessingError, RecordError
+from framework.errors import DeserializationError, PipelineError, ProcessingError, RecordError, StateError
 from framework.pipeline import steps as S
 from framework.pipeline.definition import TIME_STORE, Pipeline
-from framework.state.base import StoreBackend
+from framework.serde.values import ValueCodec, ValueSerde
+from framework.state.base import STEP_META_KEY, StoreBackend
 from framework.state.cache import CachedPartition
+from framework.state.keys import state_prefix
 from framework.time.clock import WATERMARK_HEADER, Input, TaskClock, control_header
 from framework.time.watermarks import NO_WATERMARK
 
 log = logging.getLogger("framework.task")
 Handler = Callable[[InputRecord], bool | None]  # True: the record was a watermark control record
+CLOCK_KEY = state_prefix("clock")  # the task clock's entry in the time store
 
 
 def _wall_ms() -> int:
@@ -50,32 +55,49 @@ class Task:
     """The compiled pipeline for one partition number, with its store partitions."""
 
     def __init__(self, pipeline: Pipeline, partition: int, backend: StoreBackend, output: Output, *,
-                 partitions: int = 1, now_ms: Callable[[], int] | None = None, fail_on_error: bool = False) -> None:
-        pipeline.validate()
+                 codec: ValueCodec, partitions: int = 1, now_ms: Callable[[], int] | None = None,
+                 fail_on_error: bool = False) -> None:
         self.pipeline = pipeline
         self.partition = partition
         self.partitions = partitions  # tasks of the service: the partitions of its internal topics
         self.output = output
+        self.codec = codec
         self.fail_on_error = fail_on_error
-        self.stores = {
-            name: CachedPartition(backend.open(pipeline.name, name, partition)) for name in pipeline.store_names()
-        }
+        self.stores = {name: CachedPartition(backend.open(pipeline.name, name, partition), codec, name)
+                       for name in pipeline.store_names()}
+        self._check_state_fits()
         self.time = TaskClock(now_ms or _wall_ms)
-        self.ctx = TaskContext(pipeline, partition, output, self.stores, self.time, self)
+        self.ctx = TaskContext(pipeline, partition, output, self.stores, self.time, self, codec)
         self.handlers: dict[str, Handler] = self._compile()
         self.emitters = self._emitters()
         self._time_store = self.stores.get(TIME_STORE)
         self._time_saved: Any = None
         if self._time_store is not None:
-            self._time_saved = self._time_store.get(b"clock")
+            self._time_saved = self._time_store.get(CLOCK_KEY)
             self.time.restore(self._time_saved)
         self.dead_letters = 0
+
+    def _check_state_fits(self) -> None:
+        """Each stateful step's store was written by a step of the same kind, or is new (then
+        it is stamped with the step's signature, which the next checkpoint makes durable)."""
+        for step in self.pipeline.stateful_steps():
+            store = self.stores[step.name]
+            want = step.state_signature()
+            found = store.get(STEP_META_KEY)
+            if found is None:
+                store.put(STEP_META_KEY, want)
+            elif found != want:
+                raise StateError(
+                    f"step {step.name!r} of service {self.pipeline.name!r} is now {_describe(want)}, but its "
+                    f"state (store {step.name!r}, partition {self.partition}, changelog "
+                    f"{self.pipeline.changelog_topic(step.name)!r}) was written by {_describe(found)}. Fix: give "
+                    "the changed step a new name (it starts with empty state; the old state stays unused), or "
+                    "keep the step as it was, or reset the service's state (delete its changelog topics and "
+                    "local state directory and reprocess its input)")
 
     # -- compilation ---------------------------------------------------------------------
 
     def _compile(self) -> dict[str, Handler]:
-        from framework.serde import PickleSerde
-
         p = self.pipeline
         inputs: dict[str, dict[str, S.Push]] = {}  # step -> parent -> push
         handlers: dict[str, Handler] = {}
@@ -89,10 +111,11 @@ class Task:
             elif isinstance(step, S.KeyBy):
                 topic = p.repartition_topic(step.name)
                 inp = self.time.input(topic, fed=True)
-                handlers[topic] = self._decoder(step.name, step.key_serde, PickleSerde(), down, inp)
-                inputs[step.name] = step.build_inputs(self.ctx, down)
+                values = ValueSerde(self.codec) if step.value_serde is None else step.value_serde.bind(topic, False)
+                handlers[topic] = self._decoder(step.name, step.key_serde, values, down, inp)
+                inputs[step.name] = build_step(step, self.ctx, down)
             else:
-                inputs[step.name] = step.build_inputs(self.ctx, down)
+                inputs[step.name] = build_step(step, self.ctx, down)
         return handlers
 
     def _source_handler(self, step: S.Source, down: S.Push) -> Handler:
@@ -251,7 +274,7 @@ class Task:
         if self._time_store is not None:
             snapshot = self.time.snapshot()
             if snapshot != self._time_saved:
-                self._time_store.put(b"clock", snapshot)
+                self._time_store.put(CLOCK_KEY, snapshot)
                 self._time_saved = snapshot
         headers = [("fw.source.offsets", json.dumps(source_positions, sort_keys=True).encode())]
         n = 0
@@ -275,6 +298,29 @@ class Task:
         for store in self.stores.values():
             store.discard()
 
+    def counters(self) -> dict[str, int]:
+        """``dead_letters`` and the operators' counters (``late_records.<step>``)."""
+        return {"dead_letters": self.dead_letters, **self.ctx.counters}
+
+    def dump(self) -> dict[str, dict[bytes, Any]]:
+        """Every entry of every store of the task (committed, with the uncommitted writes over
+        it), as ``store -> key bytes -> value``: what its changelogs would restore."""
+        return {name: dict(store.iter_range(b"", None)) for name, store in self.stores.items()}
+
     def close(self) -> None:
         for store in self.stores.values():
             store.backend.close()
+
+
+def _describe(signature: Any) -> str:
+    """A step signature in words: ``a window step (TumblingWindows size_ms=60000 ...)``."""
+    if not isinstance(signature, dict):
+        return f"something else ({signature!r})"
+    text = f"a {signature.get('kind', '?')} step"
+    windows = signature.get("windows")
+    if isinstance(windows, dict):
+        params = " ".join(f"{k}={v}" for k, v in windows.items() if k != "type")
+        text += f" ({windows.get('type')} {params})"
+    if signature.get("layout", 1) != S.STATE_LAYOUT:
+        text += f", state layout {signature.get('layout')}"
+    return text

@@ -8,11 +8,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from framework.errors import KafkaClientError
-
+from framework.kafka.clients import retry_while_not_ready
 
 _PROBE_LOG = logging.getLogger("framework.kafka.probe")
 _PROBE_LOG.addHandler(logging.NullHandler())
@@ -74,6 +74,19 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: flo
         time.sleep(0.1)
     if missing:
         raise KafkaClientError(f"topics {[s.name for s in missing]} not visible after {timeout_s}s")
+
+
+def topic_ids(admin: AdminClient, names: Iterable[str], timeout_s: float = 30.0) -> dict[str, str]:
+    """Kafka's topic id of each topic: a topic deleted and created again has a new one. A
+    topic created moments ago may not be known yet: asked again until ``timeout_s``."""
+    out: dict[str, str] = {}
+    for name in names:
+        def describe(remaining: float, name: str = name) -> str:
+            futures = admin.describe_topics(TopicCollection([name]), request_timeout=remaining)
+            return str(futures[name].result().topic_id)
+
+        out[name] = retry_while_not_ready(describe, timeout_s, f"topic {name}")
+    return out
 
 
 def admin_client(settings: Mapping[str, Any]) -> AdminClient:

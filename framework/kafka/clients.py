@@ -27,6 +27,25 @@ _NOT_READY_YET = (  # a partition just created, or moving: its leader is not kno
 )
 
 
+def retry_while_not_ready(call: Callable[[float], Any], timeout_s: float, what: str) -> Any:
+    """``call(remaining seconds)``, asked again with backoff while the broker answers that
+    the topic or its leader is not ready yet, until ``timeout_s``; then its error is raised."""
+    deadline = time.monotonic() + timeout_s
+    backoff = 0.05
+    while True:
+        try:
+            return call(max(deadline - time.monotonic(), 0.1))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is None or not (err.retriable() or err.code() in _NOT_READY_YET):
+                raise
+            if time.monotonic() + backoff > deadline:
+                raise
+            log.info("%s not ready (%s): asking again", what, err.str())
+            time.sleep(backoff)  # the broker is electing a leader: back off, then ask again
+            backoff = min(backoff * 2, 1.0)
+
+
 def classify(exc: BaseException) -> Verdict:
     """What to do about a transactional-API error, as confluent-kafka documents it."""
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
@@ -234,6 +253,9 @@ class GroupConsumer:
         except KafkaException:
             return None
 
+    def assigned(self) -> set[TP]:
+        return {(tp.topic, tp.partition) for tp in self._c.assignment()}
+
     def positions(self) -> dict[TP, int]:
         """Next offset to consume per assigned partition that has consumed something."""
         return {(tp.topic, tp.partition): tp.offset for tp in self._c.position(self._c.assignment())
@@ -287,24 +309,16 @@ class ChangelogReader:
             self._assigned.discard(tp)
 
     def end_offset(self, tp: TP, timeout_s: float) -> int:
-        """The changelog partition's end. A topic created moments ago may have no leader
-        yet (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, unknown partition): ask again
-        until ``timeout_s`` has passed, then raise what the broker said."""
-        deadline = time.monotonic() + timeout_s
-        backoff = 0.05
-        while True:
-            try:
-                remaining = max(deadline - time.monotonic(), 0.1)
-                _, high = self._c.get_watermark_offsets(TopicPartition(*tp), timeout=remaining)
-                return high
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                transient = err is not None and (err.retriable() or err.code() in _NOT_READY_YET)
-                if not transient or time.monotonic() + backoff > deadline:
-                    raise
-                log.info("changelog %s[%d] not ready (%s): asking again", tp[0], tp[1], err.str())
-                time.sleep(backoff)  # the broker is electing a leader: back off, then ask again
-                backoff = min(backoff * 2, 1.0)
+        """The changelog partition's end (``offsets``)."""
+        return self.offsets(tp, timeout_s)[1]
+
+    def offsets(self, tp: TP, timeout_s: float) -> tuple[int, int]:
+        """The changelog partition's first and next offsets. A topic created moments ago may
+        have no leader yet (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, unknown
+        partition): ask again until ``timeout_s`` has passed, then raise what the broker said."""
+        return retry_while_not_ready(
+            lambda remaining: self._c.get_watermark_offsets(TopicPartition(*tp), timeout=remaining),
+            timeout_s, f"changelog {tp[0]}[{tp[1]}]")
 
     def read(self, n: int, timeout_s: float) -> list[tuple[TP, int, bytes | None, bytes | None] | tuple[TP, None]]:
         """Records as ``(tp, offset, key, value)``; end-of-partition as ``(tp, None)``."""

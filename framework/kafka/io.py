@@ -13,7 +13,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition,
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
 

@@ -78,13 +78,12 @@ def build_peek(step: S.Peek, ctx: TaskContext, down: S.Push) -> S.Push:
     return push
 
 
-def build_key_by(step: S.KeyBy, ctx: TaskContext) -> S.Push:
+def build_key_by(step: S.KeyBy, ctx: TaskContext, down: S.Push) -> S.Push:
     """Writes ``(fn(value), value)`` to the step's repartition topic (partitioned by the new key)."""
-    from framework.serde import PickleSerde
-
     fn, name = step.fn, step.name
-    ks, vs = step.key_serde.serialize, PickleSerde().serialize
     produce, topic = ctx.output.produce, ctx.pipeline.repartition_topic(step.name)
+    ks = step.key_serde.serialize
+    vs = ctx.codec.encode if step.value_serde is None else step.value_serde.bind(topic, False).serialize
 
     def push(k: Any, v: Any, ts: int) -> None:
         try:
@@ -92,12 +91,19 @@ def build_key_by(step: S.KeyBy, ctx: TaskContext) -> S.Push:
             kb = ks(new_key)
         except Exception as exc:
             raise user_error(name, exc) from exc
-        produce(topic, kb, vs(v), ts)
+        try:
+            vb = vs(v)
+        except Exception as exc:
+            raise SerializationError(
+                f"cannot encode the value for the repartition topic {topic!r}: {type(exc).__name__}: {exc}", None,
+                name, fix="re-key built-in values (dict, list, tuple, str, int, float, ...), register the value's "
+                          "type with Pipeline(..., types=[...]), or give key_by a value_serde") from exc
+        produce(topic, kb, vb, ts)
 
     return push
 
 
-def build_sink(step: S.Sink, ctx: TaskContext) -> S.Push:
+def build_sink(step: S.Sink, ctx: TaskContext, down: S.Push) -> S.Push:
     t = step.topic
     ks, vs = t.key_serde.bind(t.name, True).serialize, t.value_serde.bind(t.name, False).serialize
     produce, topic, name = ctx.output.produce, t.name, step.name

@@ -1,4 +1,8 @@
-"""Keyed process functions: user code with value/map/list state and timers per key."""
+"""Keyed process functions: user code with value/map/list state and timers per key.
+
+``TaskProcessContext`` is the task's implementation of the public ``ProcessContext``
+(``framework.pipeline.functions``).
+"""
 
 from __future__ import annotations
 
@@ -16,8 +20,9 @@ if TYPE_CHECKING:
     from framework.pipeline import steps as S
 
 
-class ProcessContext:
-    """What a process function sees: the current key and timestamp, state, timers, ``emit``."""
+class TaskProcessContext:
+    """What a process function sees in one task: the current key and timestamp, state, timers,
+    ``emit`` (the ``ProcessContext`` interface)."""
 
     __slots__ = ("_task", "_store", "_scope", "_down", "_clock", "_event", "_processing", "key", "timestamp",
                  "time_domain")
@@ -81,7 +86,7 @@ class ProcessContext:
         self._processing.delete(int(timestamp), self._scope.key)
 
 
-def _wire_timers(step: S.Step, ctx: TaskContext, pctx: ProcessContext, fn: Any) -> None:
+def _wire_timers(step: S.Step, ctx: TaskContext, pctx: TaskProcessContext, fn: Any) -> None:
     """Fire the function's timers as the watermark and the wall clock advance."""
     on_timer = getattr(fn, "on_timer", None)
     if on_timer is None:
@@ -105,7 +110,7 @@ def _wire_timers(step: S.Step, ctx: TaskContext, pctx: ProcessContext, fn: Any) 
     ctx.on_processing_time(name, firer(pctx._processing, "processing"))
 
 
-def _keyed_call(step: S.Step, pctx: ProcessContext, fn: Callable[[Any, Any, ProcessContext], None]) -> S.Push:
+def _keyed_call(step: S.Step, pctx: TaskProcessContext, fn: Callable[[Any, Any, TaskProcessContext], None]) -> S.Push:
     ks, scope, name = step.key_serde.serialize, pctx._scope, step.name  # type: ignore[attr-defined]
 
     def push(k: Any, v: Any, ts: int) -> None:
@@ -122,7 +127,7 @@ def _keyed_call(step: S.Step, pctx: ProcessContext, fn: Callable[[Any, Any, Proc
 
 
 def build_process(step: S.Process, ctx: TaskContext, down: S.Push) -> S.Push:
-    pctx = ProcessContext(ctx, step.name, down)
+    pctx = TaskProcessContext(ctx, step.name, down)
     fn = copy.deepcopy(step.function)  # one instance per task, as Flink's parallel instances
     process = fn.process if hasattr(fn, "process") else fn
     if hasattr(fn, "open"):
@@ -132,7 +137,7 @@ def build_process(step: S.Process, ctx: TaskContext, down: S.Push) -> S.Push:
 
 
 def build_co_process(step: S.CoProcess, ctx: TaskContext, down: S.Push) -> dict[str, S.Push]:
-    pctx = ProcessContext(ctx, step.name, down)
+    pctx = TaskProcessContext(ctx, step.name, down)
     fn = copy.deepcopy(step.function)
     fn.open(pctx)
     _wire_timers(step, ctx, pctx, fn)

@@ -23,8 +23,10 @@ from typing import Any
 
 from framework.errors import PipelineError
 from framework.pipeline import steps as S
+from framework.pipeline.functions import CoProcessFunction, ProcessFunction
 from framework.serde import JsonSerde, Serde, StringSerde
 from framework.serde.keys import KeySerde
+from framework.serde.values import CustomType
 from framework.time.watermarks import WatermarkStrategy
 from framework.windows.definitions import SessionWindows, SlidingWindows, TumblingWindows, Window, WindowSpec
 from framework.windows.functions import WindowFunction, aggregating, full
@@ -57,11 +59,18 @@ TIME_STORE = "_time"  # a task's watermarks; not a valid step name, so never a s
 class Pipeline:
     """A service's dataflow: sources, steps, sinks and its dead-letter topic."""
 
-    def __init__(self, name: str, *, dead_letter: str | Topic | None = None, partitions: int = 4) -> None:
+    def __init__(self, name: str, *, dead_letter: str | Topic | None = None, partitions: int = 4,
+                 types: Iterable[type | CustomType] = ()) -> None:
+        """``types``: the user types its state and repartition values may hold (dataclasses,
+        NamedTuples, Enums, or ``CustomType(cls, encode=..., decode=...)``); every other
+        value must be a built-in one (docs/state-format.md)."""
         if not _NAME.match(name):
             raise PipelineError(f"invalid pipeline name {name!r}: it names the consumer group and topics")
         self.name = name
         self.default_partitions = partitions
+        self.types = tuple(t if isinstance(t, CustomType) else CustomType(t) for t in types)
+        for t in self.types:
+            t.resolved()  # a type that cannot be registered fails here, not on its first value
         dlq = dead_letter or f"{name}-dead-letter"
         self.dead_letter = dlq if isinstance(dlq, Topic) else Topic(dlq)
         self.steps: dict[str, S.Step] = {}
@@ -203,15 +212,17 @@ class Stream:
         return self._then(S.Peek(self._n(name, "peek"), (self.step,), fn))
 
     def key_by(self, fn: Callable[[Any], Any], *, name: str | None = None,
-               key_serde: Serde | None = None) -> Stream:
+               key_serde: Serde | None = None, value_serde: Serde | None = None) -> Stream:
         """Re-key by ``fn(value)``: records go through the repartition topic of this step,
-        so each key's records meet in the task that owns the key's state."""
-        return self._then(S.KeyBy(self._n(name, "key_by"), (self.step,), fn, key_serde or KeySerde()),
+        so each key's records meet in the task that owns the key's state. Values cross it in
+        the framework's value encoding (built-in types and the pipeline's ``types``) unless
+        ``value_serde`` is given; keys in ``key_serde`` (deterministic JSON by default)."""
+        return self._then(S.KeyBy(self._n(name, "key_by"), (self.step,), fn, key_serde or KeySerde(), value_serde),
                           key_serde or KeySerde())
 
     # -- keyed state -------------------------------------------------------------------
 
-    def process(self, function: S.ProcessFunction, *, name: str | None = None) -> Stream:
+    def process(self, function: ProcessFunction, *, name: str | None = None) -> Stream:
         """A keyed process function with value/map/list state (see ``ProcessFunction``)."""
         return self._then(S.Process(self._n(name, "process"), (self.step,), function, self.key_serde))
 
@@ -253,8 +264,6 @@ class Stream:
         f = fn or _identity
         return self.aggregate(lambda: (0, 0), lambda acc, v: (acc[0] + f(v), acc[1] + 1),
                               result=lambda acc: acc[0] / acc[1], name=name or self._n(None, "mean"))
-
-    # -- sinks -------------------------------------------------------------------------
 
     # -- event time --------------------------------------------------------------------
 
@@ -358,7 +367,7 @@ class ConnectedStreams:
         _distinct(left, right)
         self.left, self.right = left, right
 
-    def process(self, function: S.CoProcessFunction, *, name: str | None = None) -> Stream:
+    def process(self, function: CoProcessFunction, *, name: str | None = None) -> Stream:
         left = self.left
         return left._then(S.CoProcess(left._n(name, "co_process"), (left.step, self.right.step), function,
                                       left.key_serde))
@@ -378,9 +387,6 @@ class _UnsetType:
 
     def __call__(self) -> _UnsetType:
         return self
-
-    def __reduce__(self) -> str:  # pickles to the same singleton
-        return "_Unset"
 
     def __repr__(self) -> str:
         return "<unset>"

@@ -1,26 +1,32 @@
 """One service process: a consumer-group member running its tasks in one hot loop.
 
-The loop consumes a batch, hands each record to the task that owns its partition, and
-between batches advances restores and takes checkpoints when they are due. Tasks are
-created on assignment (after their state is restored from the changelogs, with their
-inputs paused meanwhile) and checkpointed and closed on revocation.
+The loop consumes a batch and hands it to the task runner (``framework.engine.runner``),
+which routes each record to the task that owns its partition; between batches the loop
+advances restores and takes checkpoints when they are due. Tasks are started on assignment
+(after their state is restored from the changelogs, with their inputs paused meanwhile) and
+checkpointed and stopped on revocation.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from framework.config import Config, Guarantee, OnError
-from framework.engine.task import Task
-from framework.errors import FatalKafkaError, RecordError
+from framework.engine.context import InputRecord
+from framework.engine.runner import TaskRunner
+from framework.errors import FatalKafkaError
+from framework.kafka.admin import admin_client, topic_ids
 from framework.kafka.clients import TP, ChangelogReader, GroupConsumer, KafkaOutput
+from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.runtime.checkpoint import Checkpointer
+from framework.runtime.faults import crash_point
 from framework.runtime.restore import Restorer
 from framework.runtime.topics import ensure_service_topics
 from framework.state.rocksdb import RocksDBBackend
@@ -34,16 +40,14 @@ class Service:
 
     def __init__(self, pipeline: Pipeline, config: Config, instance_id: str | None = None) -> None:
         config.validate()
+        pipeline.validate()
         self.pipeline = pipeline
         self.config = config
         self.instance_id = instance_id or uuid.uuid4().hex[:8]
         self.exactly_once = config.processing.guarantee is Guarantee.EXACTLY_ONCE
         self.inputs = pipeline.input_topics()
-        self.tasks: dict[int, Task] = {}
-        self.routes: dict[TP, tuple[Callable[[Any], None], Task]] = {}
         self.assigned: set[TP] = set()
         self._stop = False
-        self.records_processed = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -54,20 +58,29 @@ class Service:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
 
+    @property
+    def records_processed(self) -> int:
+        return self.runner.records
+
     def run(self, until: Callable[[Service], bool] | None = None) -> None:
         """Process until ``request_stop`` (a signal) or ``until(self)`` is true; then take a
         final checkpoint and leave the group."""
         cfg, settings = self.config, self.config.kafka.client_settings()
         self.partitions = ensure_service_topics(self.pipeline, settings)
+        _warn_about_generated_names(self.pipeline)
         self.backend = RocksDBBackend(cfg.state.dir)
         txid = f"{self.pipeline.name}-{self.instance_id}" if self.exactly_once else None
         self.output = KafkaOutput({**settings, **cfg.kafka.producer,
                                    "transaction.timeout.ms": cfg.kafka.transaction_timeout_ms}, txid)
         self.consumer = GroupConsumer({**settings, **cfg.kafka.consumer}, self.pipeline.name)
-        self.restorer = Restorer(self.pipeline, ChangelogReader(settings, f"{self.pipeline.name}-restore"),
-                                 self.backend, self._restored)
-        self.checkpointer = Checkpointer(self, cfg.processing.checkpoint_interval_ms / 1000,
-                                         cfg.processing.revoke_timeout_ms / 1000)
+        self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
+                                 fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point)
+        admin = admin_client(settings)
+        self.restorer = Restorer(self.runner, ChangelogReader(settings, f"{self.pipeline.name}-restore"),
+                                 lambda topics: topic_ids(admin, topics), self._restored)
+        self.checkpointer = Checkpointer(self.runner, self.output, self.consumer, exactly_once=self.exactly_once,
+                                         interval_s=cfg.processing.checkpoint_interval_ms / 1000,
+                                         timeout_s=cfg.processing.revoke_timeout_ms / 1000, transactional_id=txid)
         log.info("service %s instance %s starting: %s, inputs %s, config %s", self.pipeline.name,
                  self.instance_id, cfg.processing.guarantee.value, self.inputs, cfg.redacted())
         self.checkpointer.start()
@@ -84,10 +97,11 @@ class Service:
             self._shutdown()
 
     def _loop(self, until: Callable[[Service], bool] | None) -> None:
-        consume = self.consumer.consume
+        consume, runner = self.consumer.consume, self.runner
         batch, timeout = self.config.processing.consume_batch_size, self.config.processing.consume_timeout_ms / 1000
         ckpt, tick_s = self.checkpointer, self.config.processing.watermark_interval_ms / 1000
         stall_s = self.config.processing.stall_warning_ms / 1000
+        unrouted, failed, poll = self._unrouted, self._consume_error, self.output.poll
         next_tick = 0.0
         stall_check = time.monotonic() + stall_s
         while not self._stop and (until is None or not until(self)):
@@ -97,18 +111,28 @@ class Service:
             now = time.monotonic()
             if msgs:
                 stall_check = now + stall_s
-                self._process(msgs)
-                for task in self.tasks.values():
-                    task.flush_watermarks()  # watermarks leave at the end of each batch, in its transaction
+                runner.process(cast(Sequence[InputRecord], msgs), unrouted, failed)
+                runner.end_batch()  # watermarks leave at the end of each batch, in its transaction
+                ckpt.dirty = True
+                poll()
             elif now >= stall_check:
                 stall_check = now + stall_s
                 self._warn_if_stalled(stall_s)
             if now >= next_tick:  # idleness, processing-time timers, periodic watermarks
                 next_tick = now + tick_s
-                for task in self.tasks.values():
-                    if task.tick():
-                        ckpt.dirty = True
+                if runner.tick():
+                    ckpt.dirty = True
             ckpt.maybe_checkpoint()
+
+    def _unrouted(self, msg: Any) -> None:
+        """Fetched before a pause or revoke took effect: fetch it again later."""
+        self.consumer.seek((msg.topic(), msg.partition()), msg.offset())
+
+    def _consume_error(self, msg: Any) -> None:
+        err = msg.error()
+        if err.fatal():
+            raise FatalKafkaError(f"consumer: {err}")
+        log.warning("consumer: %s", err)
 
     def _warn_if_stalled(self, stall_s: float) -> None:
         """Nothing consumed for ``stall_s``: if records are waiting, say where everything stands."""
@@ -118,7 +142,7 @@ class Service:
         parts = []
         for tp, (pos, end) in sorted(waiting.items())[:_STALL_DETAIL]:
             stable = self.consumer.stable_end(tp)
-            task = ("running" if tp in self.routes else "restoring" if tp[1] in self.restorer.pending
+            task = ("running" if self.runner.running(tp) else "restoring" if tp[1] in self.restorer.pending
                     else "no task")
             held = (f", held at offset {stable} by a transaction still open upstream"
                     if stable is not None and stable <= pos else "")
@@ -133,83 +157,35 @@ class Service:
                     "otherwise see the client log for broker errors", stall_s, "; ".join(parts),
                     ckpt.completed, ckpt.aborted)
 
-    def _process(self, msgs: list[Any]) -> None:
-        """The hot loop: route each record to its task's compiled handler."""
-        routes, fail = self.routes, self.config.processing.on_error is OnError.FAIL
-        n = 0
-        for msg in msgs:
-            if msg.error() is not None:
-                self._consume_error(msg)
-                continue
-            route = routes.get((msg.topic(), msg.partition()))
-            if route is None:  # fetched before a pause/revoke took effect: fetch it again later
-                self.consumer.seek((msg.topic(), msg.partition()), msg.offset())
-                continue
-            handler, task = route
-            try:
-                if handler(msg):
-                    continue  # a watermark control record, not a record
-            except RecordError as err:
-                if fail:
-                    raise
-                task.dead_letter(msg, err)
-            n += 1
-        self.records_processed += n
-        self.checkpointer.dirty = True
-        self.output.poll()
-
-    def _consume_error(self, msg: Any) -> None:
-        err = msg.error()
-        if err.fatal():
-            raise FatalKafkaError(f"consumer: {err}")
-        log.warning("consumer: %s", err)
-
     def _shutdown(self) -> None:
         try:
             self.consumer.close()  # leaves the group; revoke runs first (a no-op checkpoint)
         finally:
             self.restorer.close()
-            for task in self.tasks.values():
-                task.close()
+            self.runner.close()
             self.backend.close_all()
             log.info("service %s instance %s stopped after %d records%s", self.pipeline.name,
-                     self.instance_id, self.records_processed, _counters(self.tasks.values()))
+                     self.instance_id, self.runner.records, _counters(self.runner.metrics()))
 
     # -- assignment ----------------------------------------------------------------------
 
     def _on_assign(self, tps: list[TP]) -> None:
         self.assigned |= set(tps)
-        numbers = sorted({p for _, p in tps} - set(self.tasks))
+        numbers = sorted({p for _, p in tps} - set(self.runner.tasks) - set(self.restorer.pending))
         log.info("assigned partitions %s", numbers)
         if not numbers:
             return
         self.consumer.pause([tp for tp in tps if tp[1] in numbers])
         self.restorer.start(numbers)
 
-    def _new_task(self, partition: int) -> Task:
-        return Task(self.pipeline, partition, self.backend, self.output, partitions=self.partitions,
-                    fail_on_error=self.config.processing.on_error is OnError.FAIL)
-
-    def rebuild_tasks(self) -> None:
-        """After an abort: every task again as of the last checkpoint (state, clock, timers)."""
-        for partition in list(self.tasks):
-            task = self.tasks[partition] = self._new_task(partition)
-            for tp in self.routes:
-                if tp[1] == partition:
-                    self.routes[tp] = (task.handlers[tp[0]], task)
-
     def _restored(self, partition: int) -> None:
         """Called by the restorer when every store of ``partition`` is at the changelog end."""
-        task = self._new_task(partition)
-        self.tasks[partition] = task
-        mine = [tp for tp in self.assigned if tp[1] == partition]
-        for tp in mine:
-            self.routes[tp] = (task.handlers[tp[0]], task)
-        self.consumer.resume(mine)
+        self.runner.start(partition)
+        self.consumer.resume([tp for tp in self.assigned if tp[1] == partition])
         log.info("partition %d restored and running", partition)
 
     def _on_revoke(self, tps: list[TP]) -> None:
-        """Commit what was processed, then close the revoked partitions' tasks."""
+        """Commit what was processed, then stop the revoked partitions' tasks."""
         log.info("revoking %s", sorted({p for _, p in tps}))
         self.checkpointer.checkpoint("revoke")
         self._drop(tps)
@@ -222,23 +198,26 @@ class Service:
 
     def _drop(self, tps: list[TP]) -> None:
         self.assigned -= set(tps)
-        for tp in tps:
-            self.routes.pop(tp, None)
         kept = {p for _, p in self.assigned}
         for p in {p for _, p in tps} - kept:
             self.restorer.cancel(p)
-            task = self.tasks.pop(p, None)
-            if task is not None:
-                task.close()
+            self.runner.stop(p)
 
 
-def _counters(tasks: Any) -> str:
-    """``; late_records.<step>=n, ...`` summed over ``tasks`` (empty when nothing was counted)."""
-    total: dict[str, int] = {}
-    for task in tasks:
-        for name, n in task.ctx.counters.items():
-            total[name] = total.get(name, 0) + n
-    return "".join(f"; {name}={n}" for name, n in sorted(total.items()))
+def _warn_about_generated_names(pipeline: Pipeline) -> None:
+    """State and repartition topics named after generated step names (``count-4``) move to
+    other steps when steps are added in front of them: say so once, at start."""
+    generated = [s.name for i, s in enumerate(pipeline.steps.values())
+                 if (s.stateful or isinstance(s, S.KeyBy)) and re.fullmatch(rf"[a-z_]+-{i}", s.name)]
+    if generated:
+        log.warning("steps %s keep state or a repartition topic under a generated name, which changes when "
+                    "steps are added before them (their state would then belong to other steps): give them "
+                    "name=... (see docs/writing-a-service.md)", generated)
+
+
+def _counters(metrics: dict[str, int]) -> str:
+    """``; dead_letters=n, late_records.<step>=n, ...`` (only what was counted)."""
+    return "".join(f"; {name}={n}" for name, n in sorted(metrics.items()) if n and name != "records")
 
 
 def run_service(pipeline: Pipeline, config: Config | None = None, instance_id: str | None = None) -> None:

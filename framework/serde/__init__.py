@@ -2,7 +2,10 @@
 
 Pick one per topic side: ``JsonSerde`` for JSON, ``AvroSerde`` for Avro (schemaless, or
 the Confluent wire format with a ``SchemaRegistryClient``), ``StringSerde`` /
-``BytesSerde`` / ``IntSerde`` for plain keys, ``PickleSerde`` for internal state only.
+``BytesSerde`` / ``IntSerde`` for plain keys. ``ValueSerde`` is the framework's own value
+encoding (state, changelogs, repartition topics: docs/state-format.md); ``CustomType``
+registers a user type with it. No serde decodes with pickle: nothing read from a topic
+can run code.
 """
 
 from __future__ import annotations
@@ -11,16 +14,18 @@ from framework.serde.avro import AvroSerde, load_schema
 from framework.serde.base import Serde
 from framework.serde.json import JsonSerde
 from framework.serde.registry import SchemaRegistryClient
-from framework.serde.simple import BytesSerde, IntSerde, PickleSerde, StringSerde
+from framework.serde.simple import BytesSerde, IntSerde, StringSerde
+from framework.serde.values import CustomType, ValueSerde
 
 __all__ = [
     "AvroSerde",
     "BytesSerde",
+    "CustomType",
     "IntSerde",
     "JsonSerde",
-    "PickleSerde",
     "SchemaRegistryClient",
     "Serde",
     "StringSerde",
+    "ValueSerde",
     "load_schema",
 ]

@@ -1,4 +1,4 @@
-"""Serdes for plain values: strings, raw bytes, 64-bit integers, and pickled Python objects.
+"""Serdes for plain values: strings, raw bytes and 64-bit integers.
 
 Each serde is stateless, so one instance can be shared by every topic, task and thread;
 ``bind`` returns the serde itself. Errors are the plain ``TypeError`` / ``ValueError`` of
@@ -8,11 +8,10 @@ the failing conversion: the runtime wraps them into ``SerializationError`` /
 
 from __future__ import annotations
 
-import pickle
 import struct
 from typing import Any
 
-__all__ = ["BytesSerde", "IntSerde", "PickleSerde", "StringSerde"]
+__all__ = ["BytesSerde", "IntSerde", "StringSerde"]
 
 
 class StringSerde:
@@ -107,30 +106,3 @@ class IntSerde:
 
     def __repr__(self) -> str:
         return "IntSerde()"
-
-
-class PickleSerde:
-    """Any picklable Python object <-> pickle protocol 5.
-
-    For the framework's internal use (state stores, changelogs) only: pickle is
-    Python-specific and unpickling runs code chosen by whoever wrote the bytes, so never
-    use it for topics shared with other languages or written by untrusted producers.
-    """
-
-    __slots__ = ("_dumps", "_loads")
-
-    def __init__(self) -> None:
-        self._dumps = pickle.dumps
-        self._loads = pickle.loads
-
-    def serialize(self, obj: Any) -> bytes:
-        return self._dumps(obj, 5)
-
-    def deserialize(self, data: bytes) -> Any:
-        return self._loads(data)
-
-    def bind(self, topic: str, is_key: bool) -> PickleSerde:
-        return self
-
-    def __repr__(self) -> str:
-        return "PickleSerde()"

@@ -9,24 +9,19 @@ changes were handed out is kept for the next checkpoint, never dropped by the co
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
-from framework.state.base import StorePartition
+from framework.errors import StateError
+from framework.serde.values import DEFAULT_CODEC, ValueCodec
+from framework.state.base import META_END, META_PREFIX, StorePartition
 
 _DELETED = object()
 _MISSING = object()
-_dumps = pickle.dumps
-_loads = pickle.loads
 
-
-def encode_value(obj: Any) -> bytes:
-    """State values are pickled (protocol 5): internal to the service and its replay."""
-    return _dumps(obj, 5)
-
-
-decode_value = _loads
+encode_value = DEFAULT_CODEC.encode
+"""A state value as bytes, in the framework's value encoding (docs/state-format.md)."""
+decode_value = DEFAULT_CODEC.decode
 
 
 class CachedPartition:
@@ -37,10 +32,13 @@ class CachedPartition:
     is not part of it (it was not in the changelog): it stays cached for the next checkpoint.
     """
 
-    __slots__ = ("backend", "_cache", "_snapshot", "_pending")
+    __slots__ = ("backend", "name", "_cache", "_snapshot", "_pending", "_encode", "_loads")
 
-    def __init__(self, backend: StorePartition) -> None:
+    def __init__(self, backend: StorePartition, codec: ValueCodec = DEFAULT_CODEC, name: str = "state") -> None:
         self.backend = backend
+        self.name = name  # the store's (its step's) name, for errors
+        self._encode = codec.encode
+        self._loads = codec.decode
         self._cache: dict[bytes, Any] = {}  # writes not yet in a snapshot
         self._snapshot: dict[bytes, Any] | None = None  # the writes handed out by changes()
         self._pending: dict[bytes, bytes | None] | None = None  # _snapshot as bytes
@@ -53,7 +51,7 @@ class CachedPartition:
                 v = snapshot.get(key, _MISSING)
             if v is _MISSING:
                 raw = self.backend.get(key)
-                return default if raw is None else _loads(raw)
+                return default if raw is None else self._loads(raw)
         return default if v is _DELETED else v
 
     def put(self, key: bytes, value: Any) -> None:
@@ -93,7 +91,7 @@ class CachedPartition:
                 if v is not _DELETED:
                     yield k, v
                 continue
-            yield k, _loads(raw)
+            yield k, self._loads(raw)
         for ck in cached[ci:]:
             v = self.get(ck, _DELETED)
             if v is not _DELETED:
@@ -108,10 +106,29 @@ class CachedPartition:
         return the same changes until ``commit`` or ``discard``."""
         if self._pending is None:
             self._snapshot, self._cache = self._cache, {}
-            self._pending = {
-                k: (None if v is _DELETED else _dumps(v, 5)) for k, v in self._snapshot.items()
-            }
+            encode = self._encode
+            try:
+                self._pending = {k: (None if v is _DELETED else encode(v)) for k, v in self._snapshot.items()}
+            except TypeError:
+                self._cache, self._snapshot = {**self._snapshot, **self._cache}, None
+                raise self._unencodable() from None
         return self._pending
+
+    def _unencodable(self) -> StateError:
+        """The first value of the write cache that cannot be encoded, as an error saying how to fix it."""
+        for k, v in self._cache.items():
+            if v is _DELETED:
+                continue
+            try:
+                self._encode(v)
+            except TypeError as exc:
+                return StateError(
+                    f"step {self.name!r} keeps a value its state cannot store (key {k!r}): {exc}. Fix: keep "
+                    "built-in values in state (None, bool, int, float, str, bytes, tuple, list, dict, set, "
+                    "datetime, Decimal), or register the type with Pipeline(..., types=[YourType]) (a "
+                    "dataclass, NamedTuple or Enum; anything else as CustomType(YourType, encode=..., "
+                    "decode=...))")
+        return StateError(f"step {self.name!r}: a state value could not be encoded")
 
     def commit(self, changelog_offset: int | None) -> None:
         """After the transaction committed: one WriteBatch of data + changelog offset."""
@@ -129,6 +146,7 @@ class CachedPartition:
 
     def size(self) -> int:
         """Committed keys plus cached new keys (approximate)."""
-        return self.backend.approximate_size() + sum(
-            1 for v in self._overlay().values() if v is not _DELETED
+        meta = sum(1 for _ in self.backend.iter_range(META_PREFIX, META_END))
+        return self.backend.approximate_size() - meta + sum(
+            1 for k, v in self._overlay().items() if v is not _DELETED and not k.startswith(META_PREFIX)
         )

@@ -5,16 +5,20 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Mapping
 
+from framework.state.base import STATE_FORMAT
+
 
 class MemoryPartition:
     """A sorted in-memory key space; "durable" for the lifetime of its backend."""
 
-    __slots__ = ("_data", "_keys", "_offset")
+    __slots__ = ("_data", "_keys", "_offset", "_changelog_id", "_format")
 
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
         self._keys: list[bytes] = []  # sorted; kept in step with _data
         self._offset: int | None = None
+        self._changelog_id: str | None = None
+        self._format: int | None = None
 
     def get(self, key: bytes) -> bytes | None:
         return self._data.get(key)
@@ -27,7 +31,8 @@ class MemoryPartition:
         # A snapshot, as a RocksDB iterator gives: callers may write while iterating.
         yield from [(k, data[k]) for k in keys[i:j]]
 
-    def write_batch(self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+    def write_batch(self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None,
+                    changelog_id: str | None = None) -> None:
         data, keys = self._data, self._keys
         for k, v in changes.items():
             if v is None:
@@ -39,9 +44,17 @@ class MemoryPartition:
                 data[k] = v
         if changelog_offset is not None:
             self._offset = changelog_offset
+        if changelog_id is not None:
+            self._changelog_id, self._format = changelog_id, STATE_FORMAT
 
     def changelog_offset(self) -> int | None:
         return self._offset
+
+    def changelog_id(self) -> str | None:
+        return self._changelog_id
+
+    def state_format(self) -> int | None:
+        return self._format
 
     def approximate_size(self) -> int:
         return len(self._data)

@@ -1,30 +1,38 @@
 """TestDriver: run a pipeline without a broker, deterministically, for users' unit tests.
 
-It drives the same compiled tasks as the Kafka runtime, over in-memory topics with
-read-committed semantics: records a task produces become visible (to ``output`` and to the
-steps after a ``key_by``) when a checkpoint commits. By default every ``pipe`` ends with a
-checkpoint, as Kafka Streams' TopologyTestDriver commits after each record; with
-``auto_checkpoint=False`` a ``crash()`` discards everything since the last ``checkpoint()``,
-restores the state from the changelogs, and re-processes the uncommitted input.
+It drives the same task runner as the Kafka runtime (``framework.engine.runner``), over
+in-memory topics with read-committed semantics: records a task produces become visible (to
+``output`` and to the steps after a ``key_by``) when a checkpoint commits. By default every
+``pipe`` ends with a checkpoint, as Kafka Streams' TopologyTestDriver commits after each
+record; with ``auto_checkpoint=False`` a ``crash()`` discards everything since the last
+``checkpoint()``, restores the state exactly as a restarted service does (from the stored
+changelog offset, or from the start when the local state is lost), and re-processes the
+uncommitted input. ``restart(pipeline)`` does the same after a clean stop, with a changed
+pipeline if given: an upgrade.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from framework.engine.context import Headers
 from framework.engine.partitioner import partition_for
+from framework.engine.record import Record
+from framework.engine.runner import ChangelogInfo, TaskRunner
 from framework.engine.task import Task
-from framework.errors import PipelineError, RecordError
+from framework.errors import PipelineError
 from framework.pipeline.definition import Pipeline, Topic
 from framework.state.keys import keyed, state_prefix
 from framework.state.memory import MemoryBackend
-from framework.state.restore import apply_changelog
 from framework.time.clock import WATERMARK_HEADER
 from framework.time.timers import list_timers
+
+TP = tuple[str, int]
+CrashPoint = Literal["after_changelogs", "after_commit", "after_state_write"]
 
 
 @dataclass(frozen=True)
@@ -41,41 +49,39 @@ class TestRecord:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-class _Msg:
-    """An in-memory record with the method interface of ``confluent_kafka.Message``."""
-
-    __slots__ = ("_t", "_p", "_o", "_k", "_v", "_ts", "_h")
-
-    def __init__(self, t: str, p: int, o: int, k: bytes | None, v: bytes | None, ts: int, h: Headers) -> None:
-        self._t, self._p, self._o, self._k, self._v, self._ts, self._h = t, p, o, k, v, ts, h
-
-    def topic(self) -> str: return self._t
-    def partition(self) -> int: return self._p
-    def offset(self) -> int: return self._o
-    def key(self) -> bytes | None: return self._k
-    def value(self) -> bytes | None: return self._v
-    def timestamp(self) -> tuple[int, int]: return (1, self._ts)
-    def headers(self) -> list[tuple[str, bytes]] | None: return list(self._h) if self._h else None
-
-
-def _is_control(m: _Msg) -> bool:
+def _is_control(m: Record) -> bool:
     return m.key() is None and m.value() is None and any(h == WATERMARK_HEADER for h, _ in m.headers() or ())
 
 
+def _decoded(decode: Callable[[bytes], Any], data: bytes | None) -> Any:
+    return None if data is None else decode(data)
+
+
 class _Topics:
-    """In-memory topics: committed logs plus the pending records of the open transaction."""
+    """In-memory topics: committed logs plus the pending records of the open transaction.
+    Each topic has an incarnation id, new when the topic is deleted and created again."""
 
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
-        self.logs: dict[str, list[list[_Msg]]] = {}
+        self.logs: dict[str, list[list[Record]]] = {}
+        self.ids: dict[str, str] = {}
         self.pending: list[tuple[str, int, bytes | None, bytes | None, int, Headers]] = []
         self._round_robin = itertools.count()
 
-    def log(self, topic: str) -> list[list[_Msg]]:
+    def log(self, topic: str) -> list[list[Record]]:
         log = self.logs.get(topic)
         if log is None:
             log = self.logs[topic] = [[] for _ in range(self.partitions)]
+            self.ids[topic] = uuid.uuid4().hex
         return log
+
+    def delete(self, topic: str) -> None:
+        self.logs.pop(topic, None)
+        self.ids.pop(topic, None)
+
+    def info(self, topic: str, partition: int) -> ChangelogInfo:
+        end = len(self.log(topic)[partition])
+        return ChangelogInfo(self.ids[topic], 0, end)
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
                 headers: Headers = None, partition: int | None = None) -> None:
@@ -89,15 +95,15 @@ class _Topics:
         self.produce(topic, key, value, 0, headers, partition)
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
-               timestamp: int, headers: Headers) -> _Msg:
+               timestamp: int, headers: Headers) -> Record:
         part = self.log(topic)[partition]
-        msg = _Msg(topic, partition, len(part), key, value, timestamp, headers)
+        msg = Record(topic, partition, len(part), key, value, timestamp, headers)
         part.append(msg)
         return msg
 
-    def commit(self) -> dict[tuple[str, int], int]:
+    def commit(self) -> dict[TP, int]:
         """Make pending records visible; returns the next offset per written partition."""
-        ends: dict[tuple[str, int], int] = {}
+        ends: dict[TP, int] = {}
         for topic, p, k, v, ts, h in self.pending:
             ends[(topic, p)] = self.append(topic, p, k, v, ts, h).offset() + 1
         self.pending = []
@@ -107,6 +113,23 @@ class _Topics:
         self.pending = []
 
 
+class _Crash(Exception):
+    """The simulated process died at a checkpoint step."""
+
+
+class _Commit:
+    """The driver's checkpoint sink: the open transaction's records and the input positions
+    become visible together."""
+
+    def __init__(self, driver: TestDriver) -> None:
+        self.driver = driver
+
+    def commit(self, positions: Mapping[TP, int]) -> Mapping[TP, int]:
+        ends = self.driver.topics.commit()
+        self.driver.committed.update(positions)
+        return ends
+
+
 class TestDriver:
     """Pipe records in, read outputs, inspect state, checkpoint, crash and restore."""
 
@@ -114,20 +137,38 @@ class TestDriver:
 
     def __init__(self, pipeline: Pipeline, *, partitions: int = 1, auto_checkpoint: bool = True,
                  wall_clock_ms: int = 0) -> None:
-        self.pipeline = pipeline
         self.partitions = partitions
         self.auto_checkpoint = auto_checkpoint
         self.wall_clock_ms = wall_clock_ms  # the tasks' processing time; moves only by advance_wall_clock
         self.topics = _Topics(partitions)
         self.backend = MemoryBackend()
-        self.inputs = pipeline.input_topics()
-        self.positions: dict[tuple[str, int], int] = {}
-        self.committed: dict[tuple[str, int], int] = {}
-        self.tasks = [self._new_task(p) for p in range(partitions)]
+        self.positions: dict[TP, int] = {}
+        self.committed: dict[TP, int] = {}
+        self._start(pipeline)
 
-    def _new_task(self, partition: int) -> Task:
-        return Task(self.pipeline, partition, self.backend, self.topics, partitions=self.partitions,
-                    now_ms=lambda: self.wall_clock_ms)
+    def _start(self, pipeline: Pipeline, crash_at: str | None = None) -> None:
+        """A new process: a runner whose tasks restore their stores as a service's do."""
+        self.pipeline = pipeline
+        self.inputs = pipeline.input_topics()
+        self._crash_at = crash_at
+        self.runner = TaskRunner(pipeline, self.backend, self.topics, partitions=self.partitions,
+                                 now_ms=lambda: self.wall_clock_ms, fault=self._fault)
+        for p in range(self.partitions):
+            changelogs = {self.pipeline.changelog_topic(s): self.topics.info(self.pipeline.changelog_topic(s), p)
+                          for s in self.pipeline.store_names()}
+            for item in self.runner.restore_plan(p, changelogs):
+                log = self.topics.log(item.changelog[0])[p]
+                self.runner.restore(item, ((m.offset(), m.key(), m.value()) for m in log[item.start:item.end]))
+            self.runner.start(p)
+
+    @property
+    def tasks(self) -> list[Task]:
+        """The running tasks, by partition."""
+        return [self.runner.tasks[p] for p in range(self.partitions)]
+
+    def _fault(self, point: str) -> None:
+        if point == self._crash_at:
+            raise _Crash(point)
 
     # -- input ---------------------------------------------------------------------------
 
@@ -150,10 +191,16 @@ class TestDriver:
                  headers: Headers = None, partition: int | None = None) -> None:
         """Produce one record of raw bytes (e.g. malformed input) to a source topic and process it."""
         self._source(topic)
+        self.append(topic, value, key=key, timestamp=timestamp, headers=headers, partition=partition)
+        self.run()
+
+    def append(self, topic: str, value: bytes | None, *, key: bytes | None = None, timestamp: int = 0,
+               headers: Headers = None, partition: int | None = None) -> None:
+        """Append raw bytes to any topic (a source, a repartition or changelog topic) without
+        processing: what another producer could write there."""
         if partition is None:
             partition = partition_for(key, self.partitions) if key is not None else 0
         self.topics.append(topic, partition, key, value, timestamp, headers)
-        self.run()
 
     def pipe_many(self, topic: str, records: Iterable[tuple[Any, Any, int]]) -> None:
         """Pipe ``(key, value, timestamp)`` records in order."""
@@ -174,13 +221,11 @@ class TestDriver:
         for topic in self.inputs:
             for p, part in enumerate(self.topics.log(topic)):
                 pos = self.positions.get((topic, p), 0)
-                for msg in part[pos:]:
-                    self._handle(self.tasks[p], msg)
+                if pos < len(part):
+                    self.runner.process(part[pos:])
+                    self.positions[(topic, p)] = len(part)
                     progressed = True
-                self.positions[(topic, p)] = len(part)
-        for task in self.tasks:  # the end of a batch: watermarks go downstream
-            progressed = task.flush_watermarks() or progressed
-        return progressed
+        return self.runner.end_batch() or progressed  # the end of a batch: watermarks go downstream
 
     # -- time ----------------------------------------------------------------------------
 
@@ -199,23 +244,21 @@ class TestDriver:
     def advance_wall_clock(self, ms: int) -> None:
         """Move the tasks' processing time forward by ``ms``: processing-time timers and
         windows fire, idle partitions leave the watermark minimum."""
-        for task in self.tasks:  # records piped since the last advance arrived at the old time
-            task.tick()
+        self.runner.tick()  # records piped since the last advance arrived at the old time
         self.wall_clock_ms += ms
-        for task in self.tasks:
-            task.tick()
+        self.runner.tick()
         self._settle()
 
     def _settle(self) -> None:
-        for task in self.tasks:
-            task.flush_watermarks()
+        self.runner.end_batch()
         if self.auto_checkpoint:
             self.checkpoint()
         self.run()
 
     def watermark(self, step: str, *, partition: int = 0) -> int:
         """The current watermark of ``step`` in the task of ``partition``."""
-        return self.tasks[partition].ctx.clock_for(step).watermark
+        task = self.runner.tasks[partition]
+        return task.time.clock(self.pipeline.step_inputs(step)).watermark
 
     def timers(self, step: str, *, domain: str = "event") -> list[tuple[int, Any]]:
         """Pending timers of ``step`` as ``(timestamp, key)``, in firing order, over all tasks."""
@@ -226,43 +269,47 @@ class TestDriver:
         return [(ts, kd(kb)) for ts, kb, _ in sorted(out)]
 
     def metrics(self) -> dict[str, int]:
-        """Counters summed over the tasks, e.g. ``late_records.<step>``, ``dead_letters``."""
-        total: dict[str, int] = {"dead_letters": 0}
-        for task in self.tasks:
-            total["dead_letters"] += task.dead_letters
-            for name, n in task.ctx.counters.items():
-                total[name] = total.get(name, 0) + n
-        return total
+        """Counters summed over the tasks, e.g. ``late_records.<step>``, ``dead_letters``,
+        ``records`` (processed; since the driver started or last crashed)."""
+        return self.runner.metrics()
 
-    def _handle(self, task: Task, msg: _Msg) -> None:
+    # -- checkpoints and failures --------------------------------------------------------
+
+    def checkpoint(self, *, crash_at: CrashPoint | None = None) -> None:
+        """Changelogs, commit (outputs and positions become visible), then state writes: the
+        runner's checkpoint, as in the Kafka runtime. ``crash_at``: the process dies at that
+        step instead of finishing (``after_commit``: committed, but the local state was not
+        written; the restore then applies the changelog's tail), then restarts (``crash``)."""
+        self._crash_at = crash_at
         try:
-            task.handle(msg)
-        except RecordError as err:
-            task.dead_letter(msg, err)
+            self.runner.checkpoint(self.positions, _Commit(self))
+        except _Crash:
+            self.crash()
+        finally:
+            self._crash_at = None
 
-    def checkpoint(self) -> None:
-        """Changelogs, commit (outputs and positions become visible), then state writes."""
-        for task in self.tasks:
-            task.produce_changelogs({f"{t}[{p}]": o for (t, p), o in self.positions.items() if p == task.partition})
-        ends = self.topics.commit()
-        self.committed = dict(self.positions)
-        for task in self.tasks:
-            task.commit_state({t: o for (t, p), o in ends.items() if p == task.partition})
-
-    def crash(self) -> None:
-        """Lose every uncommitted write and the local state; restore it from the changelogs
-        and re-process the input after the last checkpoint."""
+    def crash(self, *, lose_local_state: bool = False) -> None:
+        """The process dies: every uncommitted write and the in-memory tasks are lost. A new
+        one restores each store from its stored changelog offset to the changelog's end (from
+        the start with ``lose_local_state``, as on a new machine) and re-processes the input
+        after the last checkpoint."""
         self.topics.abort()
-        for task in self.tasks:
-            task.discard_state()
+        self.runner.discard()
+        self.runner.close()
+        if lose_local_state:
+            for p in range(self.partitions):
+                for name in self.pipeline.store_names():
+                    self.backend.drop(self.pipeline.name, name, p)
         self.positions = dict(self.committed)
-        for p in range(self.partitions):
-            for name in self.pipeline.store_names():
-                self.backend.drop(self.pipeline.name, name, p)
-                store = self.backend.open(self.pipeline.name, name, p)
-                log = self.topics.log(self.pipeline.changelog_topic(name))[p]
-                apply_changelog(store, ((m.offset(), m.key() or b"", m.value()) for m in log))
-        self.tasks = [self._new_task(p) for p in range(self.partitions)]
+        self._start(self.pipeline)
+        self.run()
+
+    def restart(self, pipeline: Pipeline | None = None) -> None:
+        """A clean stop (a final checkpoint) and a start with ``pipeline`` (the same one by
+        default): test that an upgraded pipeline continues from the old one's state."""
+        self.checkpoint()
+        self.runner.close()
+        self._start(pipeline or self.pipeline)
         self.run()
 
     # -- inspection ----------------------------------------------------------------------
@@ -273,15 +320,15 @@ class TestDriver:
         kd = (key_serde or t.key_serde).bind(t.name, True).deserialize
         vd = (value_serde or t.value_serde).bind(t.name, False).deserialize
         return [
-            TestRecord(None if m.key() is None else kd(m.key()), None if m.value() is None else vd(m.value()),
-                       m.timestamp()[1], m.partition(), m.offset(), tuple(m.headers() or ()))
+            TestRecord(_decoded(kd, m.key()), _decoded(vd, m.value()), m.timestamp()[1], m.partition(), m.offset(),
+                       tuple(m.headers() or ()))
             for part in self.topics.log(t.name) for m in part if not _is_control(m)
         ]
 
     def values(self, topic: str) -> list[Any]:
         return [r.value for r in self.output(topic)]
 
-    def dead_letters(self) -> list[_Msg]:
+    def dead_letters(self) -> list[Record]:
         return [m for part in self.topics.log(self.pipeline.dead_letter.name) for m in part]
 
     def _sink(self, name: str) -> Topic:
@@ -308,6 +355,10 @@ class TestDriver:
     def state_sizes(self) -> dict[str, int]:
         """Keys held per store, summed over partitions."""
         return {name: sum(t.stores[name].size() for t in self.tasks) for name in self.tasks[0].stores}
+
+    def dump(self, partition: int = 0) -> dict[str, dict[bytes, Any]]:
+        """Every entry of every store of a task, decoded: what its changelogs restore."""
+        return self.runner.dump(partition)
 
     @staticmethod
     def sorted_values(records: Sequence[TestRecord]) -> list[Any]:

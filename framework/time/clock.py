@@ -13,6 +13,10 @@ those inputs shares it. Its watermark is the minimum over its non-idle inputs an
 decreases; when it advances, the steps that listen are called in topological order, so a
 window that fires into a downstream window delivers its results before that window's
 watermark moves (a result is never late because of its own firing).
+
+Checkpointed, the clock is keyed by names from the pipeline only: each input by its topic,
+each clock's watermark by the steps that use it. A pipeline that gains or loses a source or
+a step restores every remaining input and step onto the same name (docs/state-format.md).
 """
 
 from __future__ import annotations
@@ -63,13 +67,13 @@ class Input:
 class Clock:
     """The watermark of the steps fed by one set of inputs."""
 
-    __slots__ = ("index", "inputs", "watermark", "listeners")
+    __slots__ = ("inputs", "watermark", "listeners", "steps")
 
-    def __init__(self, index: int, inputs: list[Input]) -> None:
-        self.index = index
+    def __init__(self, inputs: list[Input]) -> None:
         self.inputs = inputs
         self.watermark = NO_WATERMARK
         self.listeners: list[tuple[int, Listener]] = []  # (topological position, callback)
+        self.steps: set[str] = set()  # the steps that run on it: its names in a checkpoint
 
     @property
     def idle(self) -> bool:
@@ -100,13 +104,16 @@ class TaskClock:
             inp.generator, inp.fed, inp.idle_timeout_ms = generator, fed, idle_timeout_ms
         return inp
 
-    def clock(self, topics: Iterable[str]) -> Clock:
+    def clock(self, topics: Iterable[str], step: str | None = None) -> Clock:
+        """The clock of ``topics``; ``step`` runs on it (and names it in checkpoints)."""
         key = frozenset(topics)
         c = self.clocks.get(key)
         if c is None:
-            c = self.clocks[key] = Clock(len(self.clocks), [self.input(t) for t in sorted(key)])
+            c = self.clocks[key] = Clock([self.input(t) for t in sorted(key)])
             for inp in c.inputs:
                 inp.clocks.append(c)
+        if step is not None:
+            c.steps.add(step)
         return c
 
     # -- progress --------------------------------------------------------------------------
@@ -176,19 +183,24 @@ class TaskClock:
     # -- checkpoint ------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
+        """``{"inputs": {topic: input state}, "steps": {step: watermark}}``."""
         return {"inputs": {t: i.snapshot() for t, i in self.inputs.items()},
-                "clocks": {c.index: c.watermark for c in self.clocks.values()}}
+                "steps": {s: c.watermark for c in self.clocks.values() for s in sorted(c.steps)}}
 
     def restore(self, state: dict[str, Any] | None) -> None:
+        """Inputs and steps that are in ``state`` continue; new ones start fresh. A clock whose
+        steps had different watermarks (their inputs changed) keeps the highest: watermarks
+        never go back."""
         if not state:
             return
         for topic, s in state["inputs"].items():
             if topic in self.inputs:
                 self.inputs[topic].restore(s)
-        by_index = {c.index: c for c in self.clocks.values()}
-        for index, w in state["clocks"].items():
-            if index in by_index:
-                by_index[index].watermark = w
+        saved = state["steps"]
+        for c in self.clocks.values():
+            known = [saved[s] for s in c.steps if s in saved]
+            if known:
+                c.watermark = max(c.watermark, *known)
 
 
 def control_header(upstream: int, count: int, watermark: int | None) -> bytes:

@@ -12,13 +12,10 @@ Run it with ``fw run services.fire_alarm.pipeline:pipeline``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from framework.pipeline import Pipeline, ProcessFunction, Topic
+from framework.pipeline import Pipeline, ProcessContext, ProcessFunction, Topic
 from framework.time import WatermarkStrategy
-
-if TYPE_CHECKING:
-    from framework.operators.process import ProcessContext
 
 HOT_C = 50.0
 WITHIN_MS = 10 * 60_000

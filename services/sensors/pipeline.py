@@ -20,15 +20,12 @@ is the deployed service. Run it with ``fw run services.sensors.pipeline:pipeline
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from framework.pipeline import Pipeline, ProcessFunction, Topic
+from framework.pipeline import Pipeline, ProcessContext, ProcessFunction, Topic
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.time import WatermarkStrategy
 from framework.windows import TumblingWindows
-
-if TYPE_CHECKING:
-    from framework.operators.process import ProcessContext
 
 RISE_C = 5.0  # an alert when a reading exceeds the sensor's previous one by more than this
 WINDOW_MS = 60_000

@@ -209,9 +209,24 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     tps = [TopicPartition(topic, p) for p in md.topics[topic].partitions]
+    from confluent_kafka import KafkaException
+
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    answer: list[dict[int, int]] = []
+
+    def asked() -> bool:  # a group's coordinator may still be loading: NOT_COORDINATOR, then an answer
+        try:
+            answer.append({tp.partition: max(tp.offset, 0) for tp in consumer.committed(tps, timeout=10)})
+        except KafkaException as exc:
+            if exc.args[0].code() not in (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                          KafkaError.COORDINATOR_NOT_AVAILABLE):
+                raise
+            return False
+        return True
+
     try:
-        return {tp.partition: max(tp.offset, 0) for tp in consumer.committed(tps, timeout=10)}
+        wait_until(asked, 30, f"the committed offsets of {group}")
+        return answer[0]
     finally:
         consumer.close()
 
@@ -234,17 +249,16 @@ def committed_timers(bootstrap: str, service: str, step: str) -> list[tuple[int,
     ``step`` of ``service``: what a restarted task restores."""
     from framework.state.cache import CachedPartition
     from framework.state.memory import MemoryBackend
-    from framework.state.restore import apply_changelog
     from framework.time.timers import list_timers
 
     backend = MemoryBackend()
-    by_partition: dict[int, list[Record]] = {}
+    by_partition: dict[int, dict[bytes, bytes | None]] = {}
     for r in read_topic(bootstrap, f"{service}-{step}-changelog"):
-        by_partition.setdefault(r.partition, []).append(r)
+        by_partition.setdefault(r.partition, {})[r.key or b""] = r.value  # the latest value per key
     timers: list[tuple[int, bytes]] = []
-    for p, records in by_partition.items():
+    for p, latest in by_partition.items():
         store = backend.open(service, step, p)
-        apply_changelog(store, ((r.offset, r.key or b"", r.value) for r in records))
+        store.write_batch(latest, None)
         timers += [(ts, key) for ts, key, _ in list_timers(CachedPartition(store), "event")]
     return sorted(timers)
 

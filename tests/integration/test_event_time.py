@@ -36,7 +36,7 @@ import pytest
 from framework import Pipeline, TestDriver, TestRecord
 from framework.engine.partitioner import partition_for
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
-from framework.serde import PickleSerde
+from framework.serde import ValueSerde
 from framework.time.clock import WATERMARK_HEADER
 from tests.integration.harness import (
     Record,
@@ -296,7 +296,7 @@ def _fast_and_slow_input() -> tuple[list[Input], list[Input]]:
 def _fast_watermark_before_slow_records(records: list[Record]) -> bool:
     """Some repartition partition holds a record of the slow task (source partition 1) after
     a watermark of the fast task (upstream 0) that is past the record's timestamp."""
-    decode = PickleSerde().deserialize
+    decode = ValueSerde().deserialize
     for p in {r.partition for r in records}:
         fast_wm = None
         for r in sorted((r for r in records if r.partition == p), key=lambda r: r.offset):

@@ -280,3 +280,25 @@ def test_dead_letters_of_the_aborted_interval_are_written_once() -> None:
     [dead] = d.dead_letters()
     assert dict(dead.headers() or ())["fw.source.offset"] == b"1"
     assert per_key(d.output("counts")) == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+@pytest.mark.parametrize("point", ["after_changelogs", "after_commit", "after_state_write"])
+def test_a_crash_at_each_step_of_a_checkpoint_gives_the_crash_free_result(partitions: int, point: str) -> None:
+    """As ``FW_CRASH_POINT`` does to a real process. At ``after_commit`` the changelogs and
+    positions are committed but the local stores were not written: the restore reads each
+    changelog from the stored offset and applies its tail."""
+    recs = records(60, seed=13)
+    d = TestDriver(build(), partitions=partitions, auto_checkpoint=False)
+    pipe(d, recs[:30])
+    drain(d)
+    pipe(d, recs[30:45])
+    d.run()
+    d.checkpoint(crash_at=point)  # type: ignore[arg-type]
+    for store in ALL_STORES:
+        for p in range(partitions):
+            changelog = d.topics.log(d.pipeline.changelog_topic(store))[p]
+            assert d.backend.open(d.pipeline.name, store, p).changelog_offset() == (len(changelog) or None)
+    pipe(d, recs[45:])
+    drain(d)
+    assert snapshot(d) == snapshot(reference(recs, partitions))

@@ -24,10 +24,10 @@ from framework.serde import (
     BytesSerde,
     IntSerde,
     JsonSerde,
-    PickleSerde,
     SchemaRegistryClient,
     Serde,
     StringSerde,
+    ValueSerde,
     load_schema,
 )
 from framework.serde.registry import SchemaRegistryError
@@ -49,7 +49,7 @@ READING = {"id": "sensor-1", "timestamp": 1_700_000_000_000, "temperature": 21.5
         (IntSerde(), 0),
         (IntSerde(), -(2**63)),
         (IntSerde(), 2**63 - 1),
-        (PickleSerde(), {"set": {1, 2}, "tuple": (1, "x"), "bytes": b"b", "none": None}),
+        (ValueSerde(), {"set": {1, 2}, "tuple": (1, "x"), "bytes": b"b", "none": None}),
     ],
 )
 def test_round_trip(serde: Serde, value: Any) -> None:

@@ -4,7 +4,9 @@ This is the only module that imports rocksdict. Each partition lives in
 ``partition_path(root, service, store, partition)`` and holds two column families:
 
 - ``default``: the user's keys and values, raw bytes, bytewise (memcmp) order;
-- ``__meta__``: ``b"changelog_offset"`` -> 8-byte big-endian signed offset.
+- ``__meta__``: ``b"changelog_offset"`` -> 8-byte big-endian signed offset;
+  ``b"changelog_id"`` -> the changelog's topic id (UTF-8) and ``b"format"`` -> the state
+  format (ASCII decimal), written together.
 
 The offset is written in the same ``WriteBatch`` as the data it reflects (a rocksdict
 ``WriteBatch`` spans column families via ``put(..., column_family=handle)``), so both are
@@ -33,10 +35,12 @@ from rocksdict import (
 )
 
 from framework.errors import StateError
-from framework.state.base import partition_path
+from framework.state.base import STATE_FORMAT, partition_path
 
 META_CF = "__meta__"
 OFFSET_KEY = b"changelog_offset"
+CHANGELOG_ID_KEY = b"changelog_id"
+FORMAT_KEY = b"format"
 
 # Below this estimated size approximate_size() counts keys exactly: RocksDB's estimate counts
 # every memtable entry (overwrites too) minus tombstones (even of keys that never existed), so
@@ -69,7 +73,7 @@ def _locked(path: Path, label: str, exc: BaseException) -> StateError:
 class RocksDBPartition:
     """A ``StorePartition`` over one RocksDB instance. Not thread-safe (one task owns it)."""
 
-    __slots__ = ("_path", "_db", "_meta_cf", "_offset", "_scans")
+    __slots__ = ("_path", "_db", "_meta_cf", "_offset", "_changelog_id", "_format", "_scans")
 
     def __init__(self, path: Path, options: Options, label: str = "partition") -> None:
         self._path = path
@@ -82,8 +86,12 @@ class RocksDBPartition:
         self._db: Rdict | None = db
         self._meta_cf: ColumnFamily | None = db.get_column_family_handle(META_CF)
         # Cached: write_batch is the only writer, so memory and disk never disagree.
-        raw = db.get_column_family(META_CF).get(OFFSET_KEY)
+        meta = db.get_column_family(META_CF)
+        raw = meta.get(OFFSET_KEY)
         self._offset: int | None = None if raw is None else int.from_bytes(raw, "big", signed=True)
+        raw_id, raw_format = meta.get(CHANGELOG_ID_KEY), meta.get(FORMAT_KEY)
+        self._changelog_id: str | None = None if raw_id is None else raw_id.decode()
+        self._format: int | None = None if raw_format is None else int(raw_format)
         # Live iter_range generators: each holds a RocksDB iterator, which keeps the DB (and its
         # LOCK) alive after Rdict.close(); close() ends them so the partition really closes.
         self._scans: weakref.WeakSet[Generator[tuple[bytes, bytes], None, None]] = (
@@ -131,7 +139,8 @@ class RocksDBPartition:
         it.status()  # raises if iteration stopped on an I/O or corruption error, not at the end
 
     def write_batch(
-        self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None
+        self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None,
+        changelog_id: str | None = None,
     ) -> None:
         db = self._live()
         batch = WriteBatch(raw_mode=True)
@@ -142,6 +151,9 @@ class RocksDBPartition:
                 batch.put(key, value)
         if changelog_offset is not None:
             batch.put(OFFSET_KEY, changelog_offset.to_bytes(8, "big", signed=True), self._meta_cf)
+        if changelog_id is not None:
+            batch.put(CHANGELOG_ID_KEY, changelog_id.encode(), self._meta_cf)
+            batch.put(FORMAT_KEY, str(STATE_FORMAT).encode(), self._meta_cf)
         if batch.is_empty():
             return
         try:
@@ -153,10 +165,20 @@ class RocksDBPartition:
             raise StateError(f"cannot write state store partition at {self._path}: {exc}") from exc
         if changelog_offset is not None:
             self._offset = changelog_offset
+        if changelog_id is not None:
+            self._changelog_id, self._format = changelog_id, STATE_FORMAT
 
     def changelog_offset(self) -> int | None:
         self._live()
         return self._offset
+
+    def changelog_id(self) -> str | None:
+        self._live()
+        return self._changelog_id
+
+    def state_format(self) -> int | None:
+        self._live()
+        return self._format
 
     def approximate_size(self) -> int:
         db = self._live()

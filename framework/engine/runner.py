@@ -1,0 +1,301 @@
+"""The task runner: the one place where tasks are made, fed, checkpointed and restored.
+
+Every engine drives its tasks through a ``TaskRunner`` and keeps only its own I/O: the Kafka
+runtime a consumer and a transactional producer, the TestDriver in-memory topics, the Spark
+replay the records of a Spark partition. What an engine hands the runner:
+
+- records, in batches (``process``), then ``end_batch``: watermarks go downstream;
+- wall-clock ticks (``tick``): idleness, processing-time timers, periodic watermarks;
+- checkpoints (``checkpoint``), through a ``CheckpointSink`` that makes the interval's
+  outputs, changelog records and input positions durable together;
+- restores: ``restore_plan`` says where each store partition of a task continues its
+  changelog (rebuilding it when its local state is stale), ``restore`` applies changelog
+  records, ``start`` runs the task.
+
+Dead letters, counters, the checkpoint's steps and the restore's decisions exist once, here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from framework.engine.context import InputRecord, Output
+from framework.engine.task import Handler, Task
+from framework.errors import RecordCoordinates, RecordError, StateError
+from framework.pipeline.definition import Pipeline
+from framework.serde.values import ValueCodec
+from framework.state.base import STATE_FORMAT, StoreBackend, StorePartition
+
+log = logging.getLogger("framework.runner")
+TP = tuple[str, int]
+Fault = Callable[[str], None]
+"""Called at each named point of a checkpoint (``after_changelogs``, ``after_commit``,
+``after_state_write``) and restore (``restore_batch``): crash tests stop there."""
+
+
+def _no_fault(point: str) -> None:
+    pass
+
+
+class CheckpointSink(Protocol):
+    """Where an engine makes a checkpoint durable (a Kafka transaction, in-memory topics)."""
+
+    def commit(self, positions: Mapping[TP, int]) -> Mapping[TP, int]:
+        """Make everything produced since the last commit (outputs, changelog records) and
+        ``positions`` (the next input offset of each running task's partitions) durable
+        together, atomically; return the next offset of every changelog partition written."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogInfo:
+    """A changelog partition as the engine sees it now: its incarnation (Kafka's topic id;
+    a topic deleted and created again has a new one) and its first and next offsets."""
+
+    incarnation: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRestore:
+    """One store partition to bring up to date: read ``changelog`` from ``start`` to ``end``."""
+
+    partition: int
+    store: str
+    changelog: TP
+    start: int
+    end: int
+
+
+class TaskRunner:
+    """The tasks of one process (or TestDriver, or Spark partition) of a service."""
+
+    def __init__(self, pipeline: Pipeline, backend: StoreBackend, output: Output, *, partitions: int,
+                 now_ms: Callable[[], int] | None = None, fail_on_error: bool = False,
+                 fault: Fault = _no_fault) -> None:
+        pipeline.validate()
+        self.pipeline = pipeline
+        self.backend = backend
+        self.output = output
+        self.partitions = partitions  # the service's task count: partitions of its internal topics
+        self.now_ms = now_ms
+        self.fail_on_error = fail_on_error
+        self.fault = fault
+        self.codec = ValueCodec(pipeline.types)
+        self.tasks: dict[int, Task] = {}
+        self.routes: dict[TP, tuple[Handler, Task]] = {}
+        self.records = 0  # processed, over the runner's life (not rolled back by aborts)
+        self._closed_counters: dict[str, int] = {}
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def _new_task(self, partition: int) -> Task:
+        return Task(self.pipeline, partition, self.backend, self.output, codec=self.codec,
+                    partitions=self.partitions, now_ms=self.now_ms, fail_on_error=self.fail_on_error)
+
+    def start(self, partition: int) -> Task:
+        """Run the task of ``partition`` from its stores as they are (restored, or new)."""
+        task = self.tasks[partition] = self._new_task(partition)
+        for topic in task.handlers:
+            self.routes[(topic, partition)] = (task.handlers[topic], task)
+        return task
+
+    def stop(self, partition: int) -> None:
+        """Close the task (its uncommitted writes are dropped; checkpoint first to keep them)."""
+        task = self.tasks.pop(partition, None)
+        if task is None:
+            return
+        for topic in task.handlers:
+            self.routes.pop((topic, partition), None)
+        self._fold_counters(task)
+        task.close()
+
+    def running(self, tp: TP) -> bool:
+        return tp in self.routes
+
+    def close(self) -> None:
+        for partition in list(self.tasks):
+            self.stop(partition)
+
+    # -- records ---------------------------------------------------------------------------
+
+    def process(self, records: Sequence[InputRecord], unrouted: Callable[[InputRecord], None] | None = None,
+                failed: Callable[[InputRecord], None] | None = None) -> int:
+        """The hot loop: each record through its task's compiled handler; a record error goes
+        to the dead-letter topic (or is raised, with ``fail_on_error``). ``unrouted`` gets
+        records of partitions without a running task, ``failed`` the consumer's error
+        records. Returns how many records were processed (watermark records excluded)."""
+        routes, fail, n = self.routes, self.fail_on_error, 0
+        for msg in records:
+            if msg.error() is not None:
+                if failed is not None:
+                    failed(msg)
+                continue
+            route = routes.get((msg.topic(), msg.partition()))
+            if route is None:
+                if unrouted is not None:
+                    unrouted(msg)
+                continue
+            handler, task = route
+            try:
+                if handler(msg):
+                    continue  # a watermark control record, not a record
+            except RecordError as err:
+                if fail:
+                    raise
+                task.dead_letter(msg, err)
+            n += 1
+        self.records += n
+        return n
+
+    def end_batch(self) -> bool:
+        """The end of a consumed batch: each task sends its watermarks downstream if they
+        moved. True when something was produced."""
+        sent = False
+        for task in self.tasks.values():
+            sent = task.flush_watermarks() or sent
+        return sent
+
+    def tick(self) -> bool:
+        """Wall-clock work of every task. True when a checkpoint has something to commit."""
+        dirty = False
+        for task in self.tasks.values():
+            dirty = task.tick() or dirty
+        return dirty
+
+    # -- checkpoint ------------------------------------------------------------------------
+
+    def checkpoint(self, positions: Mapping[TP, int], sink: CheckpointSink) -> int:
+        """The checkpoint procedure (docs/architecture.md, section 5), engine side:
+
+        1. every task's write cache to its changelogs (outputs were produced already);
+        2. ``sink.commit``: outputs, changelog records and input positions durable at once;
+        3. every store's changes and changelog offset to the backend, one batch per store.
+
+        ``positions`` may name any partitions; only the running tasks' are committed. Returns
+        the number of changelog records. An exception from the sink leaves the interval
+        uncommitted: ``abort`` (or ``discard``) then drops its writes.
+        """
+        mine = {tp: o for tp, o in positions.items() if tp in self.routes}
+        n = 0
+        for p, task in self.tasks.items():
+            n += task.produce_changelogs({f"{t}[{q}]": o for (t, q), o in mine.items() if q == p})
+        self.fault("after_changelogs")
+        ends = sink.commit(mine)
+        self.fault("after_commit")
+        for p, task in self.tasks.items():
+            task.commit_state({t: o for (t, q), o in ends.items() if q == p})
+        self.fault("after_state_write")
+        return n
+
+    def abort(self) -> None:
+        """After an aborted checkpoint: every task again as of the last one (state, clock,
+        timers); the engine rewinds its inputs to the committed positions."""
+        for partition, task in list(self.tasks.items()):
+            task.discard_state()
+            self._fold_counters(task)
+            self.start(partition)  # over the same store partitions, as of the last checkpoint
+
+    def discard(self) -> None:
+        """The engine is stopping on an error: drop every uncommitted write."""
+        for task in self.tasks.values():
+            task.discard_state()
+
+    # -- restore ---------------------------------------------------------------------------
+
+    def restore_plan(self, partition: int, changelogs: Mapping[str, ChangelogInfo]) -> list[StoreRestore]:
+        """Where each store partition of task ``partition`` continues reading its changelog
+        (``changelogs``: by topic name). Local state that does not reflect the changelog as it
+        is now (another incarnation, past its end, before its start, another state format) is
+        deleted and rebuilt from the changelog's start: it is never merged."""
+        out = []
+        for store in self.pipeline.store_names():
+            topic = self.pipeline.changelog_topic(store)
+            info = changelogs[topic]
+            part = self.backend.open(self.pipeline.name, store, partition)
+            stale = _stale(part, info)
+            if stale is not None:
+                log.warning("store %s[%d] %s: deleting it and rebuilding it from %s", store, partition, stale, topic)
+                part.close()
+                self.backend.drop(self.pipeline.name, store, partition)
+                part = self.backend.open(self.pipeline.name, store, partition)
+            if part.changelog_id() is None:  # new: it will reflect this incarnation
+                part.write_batch({}, None, info.incarnation)
+            offset = part.changelog_offset()
+            start = info.start if offset is None else offset
+            if start < info.end:
+                out.append(StoreRestore(partition, store, (topic, partition), start, info.end))
+        return out
+
+    def restore(self, item: StoreRestore, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> int:
+        """Apply ``(offset, key, value)`` changelog records of ``item`` in one batch with the
+        next offset. Every value is decoded first: a record the state encoding cannot read
+        stops the restore with its coordinates; nothing of the batch is applied."""
+        changes: dict[bytes, bytes | None] = {}
+        decode, last, n = self.codec.decode, -1, 0
+        topic, partition = item.changelog
+        for offset, key, value in records:
+            try:
+                if key is None:
+                    raise ValueError("a changelog record needs a key")
+                if value is not None:
+                    decode(value)
+            except ValueError as exc:
+                where = RecordCoordinates(topic, partition, offset, key)
+                raise StateError(
+                    f"{where}: cannot restore store {item.store!r} of service {self.pipeline.name!r}: {exc}. "
+                    f"Fix: only the service writes its changelogs; remove this record (produce a tombstone for "
+                    f"its key, or delete the topic {topic!r} and the service's local state, then reprocess the "
+                    "input), and check who else can write to the topic") from None
+            changes[key] = value
+            last, n = offset, n + 1
+        if n:
+            part = self.backend.open(self.pipeline.name, item.store, partition)
+            part.write_batch(changes, last + 1)
+            self.fault("restore_batch")
+        return n
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def dump(self, partition: int) -> dict[str, dict[bytes, Any]]:
+        """Every entry of every store of a running task, decoded (``Task.dump``)."""
+        return self.tasks[partition].dump()
+
+    def metrics(self) -> dict[str, int]:
+        """Counters over the runner's tasks (closed ones included): ``records``,
+        ``dead_letters``, ``late_records.<step>``."""
+        total = dict(self._closed_counters)
+        total["records"] = self.records
+        total.setdefault("dead_letters", 0)
+        for task in self.tasks.values():
+            _add(total, task.counters())
+        return total
+
+    def _fold_counters(self, task: Task) -> None:
+        _add(self._closed_counters, task.counters())
+
+
+def _add(total: dict[str, int], counters: Mapping[str, int]) -> None:
+    for name, n in counters.items():
+        total[name] = total.get(name, 0) + n
+
+
+def _stale(part: StorePartition, info: ChangelogInfo) -> str | None:
+    """Why a store partition's local state cannot continue from ``info``, or None."""
+    offset, incarnation = part.changelog_offset(), part.changelog_id()
+    if offset is None and incarnation is None:
+        return None  # new, or never written: nothing to keep
+    if part.state_format() != STATE_FORMAT:
+        return f"holds state format {part.state_format()}, not {STATE_FORMAT}"
+    if incarnation != info.incarnation:
+        return (f"reflects another incarnation of its changelog (topic id {incarnation}, now {info.incarnation}: "
+                "the topic was deleted and created again)")
+    if offset is not None and offset > info.end:
+        return f"is ahead of its changelog (offset {offset} > end {info.end}: the changelog was truncated)"
+    if offset is not None and offset < info.start:
+        return f"continues at offset {offset}, before the changelog's first offset {info.start} (records were deleted)"
+    return None
