@@ -45,8 +45,7 @@ def avro_numbers() -> Pipeline:
 
 from typing import Any  # noqa: E402 - this section was appended; the imports above are untouched
 
-from framework.operators.process import ProcessContext  # noqa: E402
-from framework.pipeline import ProcessFunction  # noqa: E402
+from framework.pipeline import ProcessContext, ProcessFunction  # noqa: E402
 
 SMALL_BELOW = 10  # an amount < 10 is "small"
 LARGE_ABOVE = 500  # an amount > 500 is "large"
@@ -272,3 +271,48 @@ def chain_downstream() -> Pipeline:
     src.window(TumblingWindows(CHAIN_WINDOW_MS), late=f"ch-late-{s}").count(name="per-minute") \
         .to(Topic(f"ch-out-{s}"), name="to-out")
     return p
+
+
+# -- state safety: hostile internal records, recreated changelogs, upgrades -------------------
+
+
+def word_counts() -> Pipeline:
+    """Words {"w"} (2 partitions) -> key_by word (``by-word``) -> count (``counts``) ->
+    ``wc-out-<suffix>``."""
+    s = _suffix()
+    p = Pipeline(f"wc-{s}", partitions=2)
+    p.source(Topic(f"wc-in-{s}", partitions=2), name="in") \
+        .key_by(lambda v: v["w"], name="by-word").count(name="counts").to(Topic(f"wc-out-{s}"), name="to-out")
+    return p
+
+
+UPGRADE_BOUND_MS = 0
+
+
+def _upgrade(extra: bool) -> Pipeline:
+    """Views {"user", "ts"} (2 partitions) -> key_by user -> views per user and second (event
+    time) -> ``up-out-<suffix>``; late records -> ``up-late-<suffix>``. ``extra``: the next
+    release, which also reads clicks into sessions per user; its steps come after the old
+    ones, so their clocks are made first (the tasks compile the steps from the last)."""
+    s = _suffix()
+    p = Pipeline(f"up-{s}", partitions=2)
+    wm = WatermarkStrategy.bounded_out_of_orderness(UPGRADE_BOUND_MS, timestamp="ts")
+    views = p.source(Topic(f"up-views-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2),
+                     watermarks=wm, name="views")
+    views.key_by(lambda v: v["user"], name="by-user") \
+        .window(TumblingWindows(1_000), late=Topic(f"up-late-{s}", key_serde=JsonSerde())) \
+        .count(name="per-second").to(Topic(f"up-out-{s}", key_serde=JsonSerde()), name="to-out")
+    if extra:
+        clicks = p.source(Topic(f"up-clicks-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2),
+                          watermarks=wm, name="clicks")
+        clicks.key_by(lambda v: v["user"], name="clicks-by-user").window(SessionWindows(500)) \
+            .count(name="click-sessions").to(Topic(f"up-sessions-{s}", key_serde=JsonSerde()), name="to-sessions")
+    return p
+
+
+def upgrade_v1() -> Pipeline:
+    return _upgrade(extra=False)
+
+
+def upgrade_v2() -> Pipeline:
+    return _upgrade(extra=True)
