@@ -1,4 +1,4 @@
-"""The ``fw`` command line: broker, run, demo (and later scaffold, replay, state)."""
+"""The ``fw`` command line: broker, run, demo, replay and archive."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import click
 
 from framework.cli.broker import broker
 from framework.cli.demo import demo
+from framework.cli.replay import archive, replay
 from framework.cli.run import run
 from framework.errors import FrameworkError
 
@@ -21,6 +22,8 @@ def cli() -> None:
 cli.add_command(broker)
 cli.add_command(demo)
 cli.add_command(run)
+cli.add_command(replay)
+cli.add_command(archive)
 
 
 def main() -> None:

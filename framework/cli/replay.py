@@ -1,0 +1,123 @@
+"""``fw replay TARGET``: run a service's pipeline over history on Spark (backfill, bootstrap);
+``fw archive``: a topic range as Parquet. Both build a ``spark-submit`` command and run it."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import click
+
+from framework.cli.run import load_pipeline
+from framework.config import Config
+from framework.errors import ConfigError
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
+from framework.kafka.offsets import resolve_ranges
+from framework.replay.plan import ReplayPlan, check_contract, output_topics, stage_topics, store_stages
+from framework.replay.submit import cache_dir, command, connector_jars, environment, package
+from framework.runtime.topics import ensure_service_topics
+
+_RANGE_HELP = ("earliest, latest, committed (the service group's offsets), a time (ISO 8601 or ms since the epoch) "
+               "or topic:partition:offset[,...]")
+
+
+def _spark_options(f):  # type: ignore[no-untyped-def]
+    f = click.option("--dry-run", is_flag=True, help="Print the spark-submit command instead of running it.")(f)
+    f = click.option("--conf", "confs", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")(f)
+    f = click.option("--master", default="local[*]", show_default=True, help="Any Spark master URL.")(f)
+    f = click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+                     help="A TOML configuration file (else FW_CONFIG).")(f)
+    return f
+
+
+def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str, ...], dry_run: bool) -> None:
+    for conf in confs:
+        if "=" not in conf:
+            raise click.BadParameter(f"{conf!r} is not K=V", param_hint="--conf")
+    workdir = cache_dir() / "replay" / plan.run_id
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan_path = workdir / "plan.json"
+    plan.save(plan_path)
+    deps = package(target, workdir)
+    cmd = command(plan_path, deps, connector_jars(), master=master, confs=list(confs),
+                  name=f"fw {mode} {plan.service}", mode=mode)
+    if dry_run:
+        click.echo(shlex.join(cmd))
+        return
+    click.echo(f"[replay] {mode} of {plan.records:,} records on {master} (run {plan.run_id})")
+    sys.exit(subprocess.run(cmd, env=environment()).returncode)
+
+
+@click.command()
+@click.argument("target")
+@click.option("--from", "start", default="earliest", show_default=True, help=f"Where to start: {_RANGE_HELP}.")
+@click.option("--to", "end", default="latest", show_default=True, help=f"Where to stop (exclusive): {_RANGE_HELP}.")
+@click.option("--archive", type=click.Path(exists=True), default=None,
+              help="Replay a Parquet archive (fw archive) instead of the topics; --from/--to do not apply.")
+@click.option("--output", default="none", show_default=True, metavar="topic|parquet:PATH|none",
+              help="Backfill: write the outputs to their topics (exactly once), or to Parquet files.")
+@click.option("--output-suffix", default="", help="Append this to the name of every topic the backfill writes.")
+@click.option("--bootstrap", is_flag=True,
+              help="Write the final state into the service's changelogs and commit its group's offsets at the end "
+                   "of the range: the live service continues from there.")
+@click.option("--allow-nondeterministic", is_flag=True,
+              help="Replay a pipeline with steps whose results replay cannot reproduce (docs/replay.md).")
+@_spark_options
+def replay(target: str, start: str, end: str, archive: str | None, output: str, output_suffix: str, bootstrap: bool,
+           allow_nondeterministic: bool, master: str, confs: tuple[str, ...], dry_run: bool,
+           config_file: str | None) -> None:
+    """Run the pipeline TARGET (module:pipeline) over history on Spark, as the live service
+    would: backfill its outputs, and/or bootstrap its state for the live service."""
+    pipeline = load_pipeline(target)
+    config = Config.load(Path(config_file) if config_file else None)
+    if output != "none" and output != "topic" and not output.startswith("parquet:"):
+        raise click.BadParameter(f"{output!r}: use topic, parquet:PATH or none", param_hint="--output")
+    issues = check_contract(pipeline)
+    if issues and not allow_nondeterministic:
+        lines = "\n".join(f"  {i}" for i in issues)
+        raise click.UsageError(f"replay cannot reproduce what {target} computes:\n{lines}\nPass "
+                               "--allow-nondeterministic to replay it anyway (what it reproduces: docs/replay.md)")
+    store_stages(pipeline)  # refuses a step fed by several stages
+    settings = config.kafka.client_settings()
+    partitions = ensure_service_topics(pipeline, settings)
+    sources = [s.topic.name for s in pipeline.sources()]
+    ranges = {} if archive else resolve_ranges(settings, sources, start, end, group=pipeline.name)
+    if bootstrap:
+        from framework.replay.handover import refuse_if_running
+
+        refuse_if_running(settings, pipeline.name)
+    if output == "topic" and output_suffix:
+        admin = admin_client(settings)
+        counts = topic_partitions(admin, output_topics(pipeline))
+        ensure_topics(admin, [TopicSpec(f"{t}{output_suffix}", n) for t, n in counts.items()])
+    plan = ReplayPlan(target=target, service=pipeline.name, run_id=uuid.uuid4().hex[:10],
+                      bootstrap_servers=config.kafka.bootstrap_servers, partitions=partitions, ranges=ranges,
+                      stages=stage_topics(pipeline), output=output, output_suffix=output_suffix, bootstrap=bootstrap,
+                      archive=str(Path(archive).resolve()) if archive else None,
+                      allow_nondeterministic=allow_nondeterministic,
+                      changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()])
+    _run(plan, target, "replay", master, confs, dry_run)
+
+
+@click.command()
+@click.argument("topics", nargs=-1, required=True)
+@click.option("--path", "path", required=True, type=click.Path(), help="Where the Parquet files go (must not exist).")
+@click.option("--from", "start", default="earliest", show_default=True, help=f"Where to start: {_RANGE_HELP}.")
+@click.option("--to", "end", default="latest", show_default=True, help=f"Where to stop (exclusive): {_RANGE_HELP}.")
+@_spark_options
+def archive(topics: tuple[str, ...], path: str, start: str, end: str, master: str, confs: tuple[str, ...],
+            dry_run: bool, config_file: str | None) -> None:
+    """Write a range of TOPICS (committed records) as Parquet with Kafka's columns: topic,
+    partition, offset, key, value, timestamp, headers. ``fw replay --archive`` replays it."""
+    if Path(path).exists():
+        raise ConfigError(f"--path {path} exists already: choose a new directory")
+    config = Config.load(Path(config_file) if config_file else None)
+    settings = config.kafka.client_settings()
+    ranges = resolve_ranges(settings, topics, start, end, group="fw-archive")
+    plan = ReplayPlan(target="", service="archive", run_id=uuid.uuid4().hex[:10],
+                      bootstrap_servers=config.kafka.bootstrap_servers, partitions=0, ranges=ranges, stages=[],
+                      output=f"parquet:{Path(path).resolve()}")
+    _run(plan, "framework", "archive", master, confs, dry_run)

@@ -1,0 +1,102 @@
+"""Consumer-group and topic operations around a service (replay handover, resets): who is in
+the group, committing its offsets, and creating topics anew."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from framework.errors import KafkaClientError
+
+TP = tuple[str, int]
+
+
+def active_members(settings: Mapping[str, Any], group: str, timeout_s: float = 30.0) -> list[str]:
+    """The members of ``group`` now (``host/client id``), empty when nobody runs the service."""
+    admin = AdminClient(dict(settings))
+    try:
+        [description] = [f.result() for f in admin.describe_consumer_groups([group],
+                                                                            request_timeout=timeout_s).values()]
+    except KafkaException as exc:
+        raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
+    return [f"{m.host}/{m.client_id}" for m in description.members]
+
+
+def commit_offsets(settings: Mapping[str, Any], group: str, offsets: Mapping[TP, int],
+                   timeout_s: float = 30.0) -> None:
+    """Set ``group``'s committed offsets (the group must have no active members)."""
+    admin = AdminClient(dict(settings))
+    tps = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+    futures = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
+                                                 request_timeout=timeout_s)
+    for future in futures.values():
+        try:
+            result = future.result()
+        except KafkaException as exc:
+            raise KafkaClientError(f"cannot commit the offsets of group {group!r}: {exc}") from exc
+        failed = [tp for tp in result.topic_partitions if tp.error is not None]
+        if failed:
+            raise KafkaClientError(f"cannot commit the offsets of group {group!r}: {failed[0].error}")
+
+
+def delete_group(settings: Mapping[str, Any], group: str, timeout_s: float = 30.0) -> None:
+    admin = AdminClient(dict(settings))
+    for future in admin.delete_consumer_groups([group], request_timeout=timeout_s).values():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.args[0].code() not in (KafkaError.GROUP_ID_NOT_FOUND,):
+                raise KafkaClientError(f"cannot delete consumer group {group!r}: {exc}") from exc
+
+
+def end_offsets(settings: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 30.0) -> dict[TP, int]:
+    """The next offset of every partition of ``topics``."""
+    consumer = Consumer({**settings, "group.id": "fw-ends", "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(timeout=timeout_s)
+        out = {}
+        for topic in topics:
+            info = md.topics.get(topic)
+            if info is None or info.error is not None:
+                raise KafkaClientError(f"topic {topic!r} does not exist")
+            for p in info.partitions:
+                out[(topic, p)] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+        return out
+    finally:
+        consumer.close()
+
+
+def recreate_topics(settings: Mapping[str, Any], topics: Mapping[str, tuple[int, Mapping[str, str]]],
+                    timeout_s: float = 60.0) -> None:
+    """Delete ``topics`` (name -> partitions, config) if they exist and create them anew: each
+    gets a new topic id, so any local state that reflected the old ones is stale."""
+    if not topics:
+        return
+    admin = AdminClient(dict(settings))
+    existing = admin.list_topics(timeout=timeout_s).topics
+    doomed = [t for t in topics if t in existing]
+    if doomed:
+        for name, future in admin.delete_topics(doomed, operation_timeout=timeout_s).items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise KafkaClientError(f"cannot delete topic {name!r}: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+    pending = dict(topics)
+    while pending:
+        news = [NewTopic(t, n, config=dict(c)) for t, (n, c) in pending.items()]
+        for name, future in admin.create_topics(news, operation_timeout=timeout_s).items():
+            try:
+                future.result()
+                pending.pop(name)
+            except KafkaException as exc:
+                # the broker refuses the name until the deletion is complete: ask again
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
+                    raise KafkaClientError(f"cannot create topic {name!r}: {exc}") from exc
+        if pending:
+            time.sleep(0.2)

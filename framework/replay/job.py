@@ -1,0 +1,288 @@
+"""The Spark job of ``fw replay`` (and ``fw archive``): ``spark-submit job.py <plan.json>``.
+
+Stage 0 reads the source ranges with Spark's Kafka batch source (committed records only,
+headers included) or a Parquet archive; each stage runs its tasks with ``mapInArrow``
+(``framework.replay.stage``), one partition number after the other within a Spark partition;
+its ``next`` rows are shuffled by the framework's partitioner and sorted on their merge key
+for the next stage. Nothing is collected to the driver but each task's counters. A Kafka
+backfill and a bootstrap write from the tasks themselves, through ``ResumableWriter``: a
+retried or recomputed Spark task writes nothing twice.
+
+This is the only module (with the rest of ``framework/replay`` it is shipped with) that
+imports pyspark.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from framework.config import Config
+from framework.engine.record import Record
+from framework.errors import FrameworkError
+from framework.replay.plan import ReplayPlan, summary
+from framework.replay.stage import Carry, Row, StageTask
+
+ROW_FIELDS = [
+    ("kind", pa.string()), ("pid", pa.int64()), ("k1", pa.int64()), ("k2", pa.int64()), ("k3", pa.int64()),
+    ("topic", pa.string()), ("partition", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
+    ("ts", pa.int64()), ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ("text", pa.string()),
+]
+ARROW_SCHEMA = pa.schema(ROW_FIELDS)
+SPARK_SCHEMA = ("kind string, pid long, k1 long, k2 long, k3 long, topic string, partition long, key binary, "
+                "value binary, ts long, headers array<struct<key:string,value:binary>>, text string")
+_OUT_BATCH = 4_096
+
+
+# -- executors -----------------------------------------------------------------------------
+
+_READY: dict[str, Any] = {}
+
+
+def _setup(plan_json: str) -> tuple[ReplayPlan, Any]:
+    """Once per Python worker: the plan, the schemas shipped in the py-files, the pipeline."""
+    if "plan" not in _READY:
+        plan = ReplayPlan.from_json(plan_json)
+        _unpack_schemas()
+        from framework.cli.run import load_pipeline
+
+        _READY["plan"], _READY["pipeline"] = plan, load_pipeline(plan.target)
+    return _READY["plan"], _READY["pipeline"]
+
+
+def _unpack_schemas() -> None:
+    """The ``schemas/`` shipped inside a py-files zip, extracted where ``load_schema`` looks."""
+    if os.environ.get("FW_SCHEMAS_DIR") and Path(os.environ["FW_SCHEMAS_DIR"]).is_dir():
+        return
+    for entry in sys.path:
+        if entry.endswith(".zip") and os.path.isfile(entry):
+            with zipfile.ZipFile(entry) as z:
+                names = [n for n in z.namelist() if n.startswith("schemas/") and n.endswith(".avsc")]
+                if names:
+                    target = Path(tempfile.mkdtemp(prefix="fw-schemas-"))
+                    z.extractall(target, names)
+                    os.environ["FW_SCHEMAS_DIR"] = str(target / "schemas")
+                    return
+
+
+def _kafka_settings(plan: ReplayPlan) -> dict[str, Any]:
+    """The cluster, with the security settings of this machine's environment (never the plan)."""
+    security = dict(Config.load().kafka.security)
+    return {"bootstrap.servers": plan.bootstrap_servers, **security}
+
+
+def _items(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Record | Carry]]:
+    offset = itertools.count()
+    for b in batches:
+        cols = b.to_pydict()
+        for kind, pid, topic, off, key, value, ts, headers in zip(
+                cols["kind"], cols["pid"], cols["topic"], cols["offset"], cols["key"], cols["value"], cols["ts"],
+                cols["headers"]):
+            if kind == "clock":
+                yield pid, Carry(value)
+            else:
+                hdrs = [(h["key"], h["value"]) for h in headers] if headers else None
+                yield pid, Record(topic, pid, next(offset) if off is None else off, key, value, ts, hdrs)
+
+
+def _batch(rows: list[Row]) -> pa.RecordBatch:
+    columns = list(zip(*rows))
+    return pa.RecordBatch.from_arrays([pa.array(c, type=t) for c, (_, t) in zip(columns, ROW_FIELDS)],
+                                      schema=ARROW_SCHEMA)
+
+
+def stage_function(plan_json: str, stage: int) -> Any:
+    """The ``mapInArrow`` function of ``stage``: its input is sorted by partition number."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        plan, pipeline = _setup(plan_json)
+        for pid, group in itertools.groupby(_items(batches), key=lambda item: item[0]):
+            task = StageTask(pipeline, plan, stage, pid, _writer(plan, stage, pid), plan.output.startswith("parquet"))
+            try:
+                rows: list[Row] = []
+                for row in task.run(item for _, item in group):
+                    rows.append(row)
+                    if len(rows) >= _OUT_BATCH:
+                        yield _batch(rows)
+                        rows = []
+                if rows:
+                    yield _batch(rows)
+            finally:
+                task.close()
+
+    return run
+
+
+def _writer(plan: ReplayPlan, stage: int, pid: int) -> Any:
+    if plan.output != "topic" and not plan.bootstrap:
+        return None
+    from framework.kafka.writer import ResumableWriter
+
+    return ResumableWriter(_kafka_settings(plan), f"{plan.service}-replay-{plan.run_id}-{stage}-{pid}",
+                           f"{plan.service}-replay-{plan.run_id}", (plan.stages[stage][0], pid))
+
+
+# -- the driver ----------------------------------------------------------------------------
+
+
+def _source_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
+    """Stage 0's input, sorted by task and, within it, in an order live processing could read."""
+    topics = sorted(plan.ranges)
+    if plan.archive:
+        df = spark.read.parquet(plan.archive)
+    else:
+        starts = {t: {str(p): r[0] for p, r in parts.items()} for t, parts in plan.ranges.items()}
+        ends = {t: {str(p): r[1] for p, r in parts.items()} for t, parts in plan.ranges.items()}
+        df = (spark.read.format("kafka").option("kafka.bootstrap.servers", plan.bootstrap_servers)
+              .option("assign", json.dumps({t: sorted(parts) for t, parts in plan.ranges.items()}))
+              .option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
+              .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())
+    df = df.select(F.lit("rec").alias("kind"), F.col("partition").cast("long").alias("pid"), "topic",
+                   F.col("offset").cast("long").alias("offset"), "key", "value",
+                   F.unix_millis("timestamp").alias("ts"), "headers")
+    if len(topics) == 1 and not plan.archive:
+        return df  # one Spark partition per Kafka partition, in offset order: no shuffle needed
+    index = F.array_position(F.array(*[F.lit(t) for t in topics]), F.col("topic")).cast("long")
+    running = F.max("ts").over(Window.partitionBy("topic", "pid").orderBy("offset")
+                               .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    df = df.withColumn("k1", running).withColumn("k2", index).withColumn("k3", F.col("offset"))
+    return df.repartition(plan.partitions, "pid").sortWithinPartitions("pid", "k1", "k2", "k3")
+
+
+def _next_frame(result: DataFrame, plan: ReplayPlan) -> DataFrame:
+    rows = result.where(F.col("kind").isin("next", "clock"))
+    rows = rows.select(F.when(F.col("kind") == "clock", "clock").otherwise("rec").alias("kind"), "pid", "topic",
+                       F.lit(None).cast("long").alias("offset"), "key", "value", "ts", "headers", "k1", "k2", "k3")
+    return rows.repartition(plan.partitions, "pid").sortWithinPartitions("pid", "k1", "k2", "k3")
+
+
+class _Progress(threading.Thread):
+    """A line every few seconds while a stage runs: its Spark tasks done and running."""
+
+    def __init__(self, spark: SparkSession, label: str) -> None:
+        super().__init__(daemon=True)
+        self.tracker, self.label, self.done = spark.sparkContext.statusTracker(), label, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(5.0):
+            for sid in self.tracker.getActiveStageIds():
+                info = self.tracker.getStageInfo(sid)
+                if info is not None:
+                    print(f"[replay] {self.label}: Spark stage {sid}, tasks {info.numCompletedTasks}/"
+                          f"{info.numTasks} done, {info.numActiveTasks} running", flush=True)
+
+
+def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFrame) -> tuple[DataFrame, dict[str, Any]]:
+    started = time.monotonic()
+    progress = _Progress(spark, f"stage {stage}")
+    progress.start()
+    try:
+        result = frame.mapInArrow(stage_function(plan.to_json(), stage), SPARK_SCHEMA)
+        result = result.persist(StorageLevel.DISK_ONLY)
+        stats = [json.loads(r.text) for r in result.where(F.col("kind") == "stats").select("text").collect()]
+    finally:
+        progress.done.set()
+    totals: dict[str, Any] = {}
+    for s in stats:
+        for k, v in s.items():
+            if k != "seconds":
+                totals[k] = totals.get(k, 0) + v
+    seconds = time.monotonic() - started
+    totals["seconds"] = round(seconds, 1)
+    totals["records/s"] = int(totals.get("records", 0) / seconds) if seconds else 0
+    print(f"[replay] stage {stage} ({', '.join(plan.stages[stage])}): {summary(totals)}", flush=True)
+    if plan.output.startswith("parquet:"):
+        outputs = result.where(F.col("kind") == "out").select(
+            "topic", "partition", "key", "value", F.timestamp_millis("ts").alias("timestamp"), "headers")
+        outputs.write.mode("append").partitionBy("topic").parquet(plan.output.removeprefix("parquet:"))
+    return result, totals
+
+
+def replay(spark: SparkSession, plan: ReplayPlan) -> dict[str, Any]:
+    """Every stage, then (bootstrap) the handover offsets; returns the job's totals."""
+    started = time.monotonic()
+    if plan.archive:
+        _archive_ranges(spark, plan)
+    if plan.bootstrap:
+        from framework.replay.handover import prepare_bootstrap
+
+        prepare_bootstrap(_kafka_settings(plan), plan)
+    frame = _source_frame(spark, plan)
+    grand: dict[str, Any] = {"records read": plan.records}
+    for stage in range(len(plan.stages)):
+        result, totals = run_stage(spark, plan, stage, frame)
+        for k in ("outputs", "state_entries", "dead_letters"):
+            grand[k] = grand.get(k, 0) + totals.get(k, 0)
+        if stage + 1 < len(plan.stages):
+            frame = _next_frame(result, plan)
+    if plan.bootstrap:
+        from framework.replay.handover import commit_handover
+
+        commit_handover(_kafka_settings(plan), plan)
+    seconds = time.monotonic() - started
+    grand["seconds"] = round(seconds, 1)
+    grand["records/s"] = int(plan.records / seconds) if seconds else 0
+    return grand
+
+
+def _archive_ranges(spark: SparkSession, plan: ReplayPlan) -> None:
+    """An archive's ranges are what it holds (its handover point, at a bootstrap)."""
+    assert plan.archive is not None
+    found = spark.read.parquet(plan.archive).groupBy("topic", "partition").agg(
+        F.min("offset").alias("first"), F.max("offset").alias("last")).collect()
+    plan.ranges = {}
+    for r in found:
+        plan.ranges.setdefault(r.topic, {})[int(r.partition)] = [int(r.first), int(r.last) + 1]
+
+
+def archive(spark: SparkSession, plan: ReplayPlan) -> int:
+    """``fw archive``: the source ranges as Parquet with Kafka's columns."""
+    starts = {t: {str(p): r[0] for p, r in parts.items()} for t, parts in plan.ranges.items()}
+    ends = {t: {str(p): r[1] for p, r in parts.items()} for t, parts in plan.ranges.items()}
+    df = (spark.read.format("kafka").option("kafka.bootstrap.servers", plan.bootstrap_servers)
+          .option("assign", json.dumps({t: sorted(parts) for t, parts in plan.ranges.items()}))
+          .option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
+          .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())
+    df = df.select("topic", "partition", "offset", "key", "value", "timestamp", "headers")
+    path = plan.output.removeprefix("parquet:")
+    df.write.mode("errorifexists").parquet(path)
+    return plan.records
+
+
+def main(argv: list[str]) -> int:
+    plan = ReplayPlan.from_json(Path(argv[1]).read_text())
+    mode = argv[2] if len(argv) > 2 else "replay"
+    spark = SparkSession.builder.appName(f"fw {mode} {plan.service}").getOrCreate()
+    print(f"[replay] Spark UI: {spark.sparkContext.uiWebUrl}  master: {spark.sparkContext.master}", flush=True)
+    try:
+        if mode == "archive":
+            n = archive(spark, plan)
+            print(f"[replay] archived {n:,} records to {plan.output.removeprefix('parquet:')}", flush=True)
+        else:
+            totals = replay(spark, plan)
+            print(f"[replay] done: {summary(totals)}", flush=True)
+    except FrameworkError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,180 @@
+"""What a replay runs: the stages of a pipeline, the contract it is checked against, and the
+plan ``fw replay`` hands to the Spark job. Pure data and pure functions: no Spark, no Kafka.
+
+**Stages.** A live task reads its sources and its repartition topics at once; a replay reads
+history once, so it runs in stages: stage 0 processes the source topics, stage ``k`` the
+repartition topics whose ``key_by`` is fed by stage ``k - 1``. Between stages the records of a
+repartition topic go through a Spark shuffle by the framework's own partitioner, each
+upstream task's records in their order, merged by the upstream watermark they were written
+under (one of the orders live processing can produce, and one that lets windows fire while
+the job runs). Every stateful step belongs to one stage.
+
+**The contract** (docs/replay.md). A step sees its records in the order live processing would
+when they come from one partition of one topic. When a step's records come from several
+(after a repartition, or from several sources), live processing interleaves them by timing:
+event-time results are still reproduced exactly (when no record is late at its source), but
+order-sensitive steps — rolling aggregates, process functions, count windows — are not, except
+their final values when order-insensitive. Processing time and idleness depend on the wall
+clock and cannot be reproduced at all. ``check_contract`` names every such step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.errors import PipelineError
+from framework.pipeline import steps as S
+from framework.pipeline.definition import TIME_STORE, Pipeline
+from framework.windows.definitions import CountWindows, GlobalWindows
+
+ORDER_SENSITIVE = (S.Aggregate, S.Process, S.CoProcess)
+
+
+def input_stages(pipeline: Pipeline) -> dict[str, int]:
+    """The stage of every input topic: 0 for sources, 1 + the stage feeding a ``key_by`` for
+    its repartition topic."""
+    stages = {s.topic.name: 0 for s in pipeline.sources()}
+    for step in pipeline.steps.values():  # topological order
+        if isinstance(step, S.KeyBy):
+            fed = {stages[t] for t in pipeline.step_inputs(step.name)}
+            stages[pipeline.repartition_topic(step.name)] = 1 + max(fed)
+    return stages
+
+
+def store_stages(pipeline: Pipeline) -> dict[str, int]:
+    """The stage whose records reach each stateful step's store (the time store: every stage)."""
+    stages = input_stages(pipeline)
+    out: dict[str, int] = {}
+    for step in pipeline.stateful_steps():
+        fed = {stages[t] for t in pipeline.step_inputs(step.name)}
+        if len(fed) > 1:
+            raise PipelineError(
+                f"step {step.name!r} reads topics of several replay stages ({sorted(pipeline.step_inputs(step.name))}): "
+                "a replay processes each repartition hop after the one before it, so it cannot replay this pipeline. "
+                "Fix: re-key both inputs of the step (key_by) so they cross the same number of repartition topics")
+        out[step.name] = fed.pop()
+    return out
+
+
+def stage_topics(pipeline: Pipeline) -> list[list[str]]:
+    """The input topics of each stage, stage 0 first."""
+    stages = input_stages(pipeline)
+    out: list[list[str]] = [[] for _ in range(max(stages.values(), default=0) + 1)]
+    for topic, stage in stages.items():
+        out[stage].append(topic)
+    return out
+
+
+@dataclass(frozen=True)
+class ContractIssue:
+    step: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"step {self.step!r}: {self.reason}"
+
+
+def _order_sensitive(step: S.Step) -> str | None:
+    if isinstance(step, ORDER_SENSITIVE):
+        return {"aggregate": "a rolling aggregate", "process": "a process function",
+                "co_process": "a co-process function"}.get(step.kind, step.kind)
+    if isinstance(step, S.WindowStep) and isinstance(step.windows, (CountWindows, GlobalWindows)):
+        return "a count window"
+    return None
+
+
+def check_contract(pipeline: Pipeline) -> list[ContractIssue]:
+    """The steps whose results a replay cannot reproduce, with the reason (empty: all can)."""
+    issues: list[ContractIssue] = []
+    stages = input_stages(pipeline)
+    for src in pipeline.sources():
+        if src.watermarks is not None and src.watermarks.idle_timeout_ms is not None:
+            issues.append(ContractIssue(src.name, "its idle timeout depends on the wall clock of live processing"))
+    for step in pipeline.steps.values():
+        if isinstance(step, S.WindowStep) and getattr(step.windows, "clock", "event") == "processing":
+            issues.append(ContractIssue(step.name, "processing-time windows fire on the wall clock"))
+            continue
+        what = _order_sensitive(step)
+        if what is None:
+            continue
+        inputs = pipeline.step_inputs(step.name)
+        if any(stages[t] > 0 for t in inputs):
+            source = "a repartition topic fed by several upstream partitions"
+        elif len(inputs) > 1:
+            source = f"{len(inputs)} source topics"
+        else:
+            continue
+        issues.append(ContractIssue(
+            step.name, f"{what} reading {source}: live processing interleaves a key's records by timing, so "
+                       "its intermediate outputs (and any order-sensitive state) can differ; the final values of "
+                       "order-insensitive aggregates are reproduced"))
+    return issues
+
+
+@dataclass
+class ReplayPlan:
+    """Everything the Spark job needs, as JSON (``fw replay`` writes it, the job reads it).
+
+    ``ranges``: per source topic, per partition, ``[start, end)`` offsets. ``output``:
+    ``"topic"``, ``"parquet:<path>"`` or ``"none"``. Connection settings that are secrets never
+    go into the plan: the job reads them from the environment (``FW_KAFKA_SECURITY__*``).
+    """
+
+    target: str
+    service: str
+    run_id: str
+    bootstrap_servers: str
+    partitions: int
+    ranges: dict[str, dict[int, list[int]]]
+    stages: list[list[str]]
+    output: str = "none"
+    output_suffix: str = ""
+    bootstrap: bool = False
+    archive: str | None = None
+    batch_size: int = 5_000
+    commit_every: int = 200_000
+    allow_nondeterministic: bool = False
+    changelogs: list[str] = field(default_factory=list)  # the service's, created anew by a bootstrap
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ReplayPlan:
+        data = json.loads(text)
+        data["ranges"] = {t: {int(p): r for p, r in parts.items()} for t, parts in data["ranges"].items()}
+        return cls(**data)
+
+    def save(self, path: Path) -> None:
+        path.write_text(self.to_json())
+
+    def renamed(self, topic: str) -> str:
+        """The topic a backfill writes ``topic``'s records to."""
+        return f"{topic}{self.output_suffix}"
+
+    @property
+    def records(self) -> int:
+        return sum(end - start for parts in self.ranges.values() for start, end in parts.values())
+
+
+def stores_of_stage(pipeline: Pipeline, stage: int, last: bool) -> list[str]:
+    """The stores a stage's tasks write at a bootstrap: its stateful steps', and the time
+    store from the last stage (which has merged every stage's clock)."""
+    names = [name for name, s in store_stages(pipeline).items() if s == stage]
+    if last and TIME_STORE in pipeline.store_names():
+        names.append(TIME_STORE)
+    return names
+
+
+def output_topics(pipeline: Pipeline) -> list[str]:
+    """What a backfill writes: the sinks, the late topics and the dead-letter topic."""
+    names = [t.name for t in pipeline.sink_topics()] + [pipeline.dead_letter.name]
+    return list(dict.fromkeys(names))
+
+
+def summary(counts: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in counts.items())

@@ -1,0 +1,268 @@
+"""One task of one replay stage: the records of one partition number through the same task
+runner as the live service, over in-memory state. No Spark here: the job (``job.py``) feeds
+records in and ships the rows out, and tests drive it directly.
+
+Rows out (``Row``), one shape for every kind:
+
+- ``next``: a record for the next stage's repartition topic, with its sort key
+  ``(watermark the upstream task had sent, upstream task, sequence)``: merged on that key, the
+  upstream tasks' records keep their own order and the downstream watermark advances as
+  smoothly as it can (so windows fire, and their state goes, while the job runs);
+- ``out``: an output record (parquet backfill; a Kafka backfill writes them itself);
+- ``clock``: the task clock handed to the next stage, which merges it into its own (the time
+  store is one entry per task, written by the last stage);
+- ``stats``: the task's counters, as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from framework.engine.partitioner import partition_for
+from framework.engine.record import Record
+from framework.engine.runner import TaskRunner
+from framework.engine.task import CLOCK_KEY
+from framework.errors import PipelineError
+from framework.kafka.writer import ResumableWriter
+from framework.pipeline.definition import TIME_STORE, Pipeline
+from framework.replay.plan import ReplayPlan, input_stages, output_topics, stores_of_stage
+from framework.state.memory import MemoryBackend
+from framework.time.clock import WATERMARK_HEADER
+from framework.time.watermarks import MAX_WATERMARK, NO_WATERMARK
+
+Headers = list[tuple[str, bytes]] | None
+
+
+class Row(NamedTuple):
+    kind: str
+    pid: int
+    k1: int
+    k2: int
+    k3: int
+    topic: str | None
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    ts: int
+    headers: Headers
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """The previous stage's task clock for this partition (encoded)."""
+
+    clock: bytes
+
+
+class StageOutput:
+    """The runner's ``Output`` in a replay task: repartition records become ``next`` rows,
+    everything the service would write to its output topics is collected for the writer."""
+
+    def __init__(self, next_topics: Iterable[str], outputs: dict[str, str], partitions: int, upstream: int) -> None:
+        self.partitions, self.upstream = partitions, upstream
+        self.outputs = outputs  # output topic -> the topic the backfill writes it to
+        self.sent = {t: NO_WATERMARK for t in next_topics}  # the last watermark sent per next topic
+        self.rows: list[Row] = []
+        self.out: list[tuple[str, int | None, bytes | None, bytes | None, int, Headers]] = []
+        self.seq = 0
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
+                headers: Any = None, partition: int | None = None) -> None:
+        hdrs = list(headers) if headers else None
+        sent = self.sent.get(topic)
+        if sent is None:
+            renamed = self.outputs.get(topic)
+            if renamed is None:
+                raise PipelineError(f"a replay task wrote to {topic!r}, which is neither an output nor a repartition "
+                                    "topic of a later stage")
+            self.out.append((renamed, partition, key, value, timestamp, hdrs))
+            return
+        if partition is None:
+            partition = partition_for(key, self.partitions) if key is not None else self.seq % self.partitions
+        if key is None and value is None and hdrs:
+            for name, raw in hdrs:
+                if name == WATERMARK_HEADER:
+                    what = raw.decode().rpartition(":")[2]
+                    if what != "idle" and int(what) > sent:
+                        self.sent[topic] = int(what)
+        self.rows.append(Row("next", partition, sent, self.upstream, self.seq, topic, partition, key, value,
+                             timestamp, hdrs, None))
+        self.seq += 1
+
+    def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None, headers: Any) -> None:
+        raise PipelineError("a replay task does not checkpoint")
+
+    def take_rows(self) -> list[Row]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def take_out(self) -> list[tuple[str, int | None, bytes | None, bytes | None, int, Headers]]:
+        out, self.out = self.out, []
+        return out
+
+
+def merge_clocks(earlier: dict[str, Any] | None, mine: dict[str, Any], my_topics: set[str]) -> dict[str, Any]:
+    """One task clock from the stages': each input as the stage that read it left it, each
+    step's watermark the highest any stage reached."""
+    if not earlier:
+        return mine
+    inputs = {t: s for t, s in earlier["inputs"].items() if t not in my_topics}
+    inputs.update({t: s for t, s in mine["inputs"].items() if t in my_topics})
+    steps = dict(earlier["steps"])
+    for step, wm in mine["steps"].items():
+        steps[step] = max(wm, steps.get(step, NO_WATERMARK))
+    return {"inputs": inputs, "steps": steps}
+
+
+class StageTask:
+    """Runs the records of partition ``pid`` of stage ``stage``. ``writer``: the task's
+    transactional writer (a Kafka backfill, whose outputs it writes, or a bootstrap, whose
+    state it writes); ``keep_outputs``: outputs become ``out`` rows (a parquet backfill)."""
+
+    def __init__(self, pipeline: Pipeline, plan: ReplayPlan, stage: int, pid: int,
+                 writer: ResumableWriter | None = None, keep_outputs: bool = False) -> None:
+        self.pipeline, self.plan, self.stage, self.pid = pipeline, plan, stage, pid
+        self.writer, self.keep_outputs = writer, keep_outputs
+        self.write_outputs = writer is not None and plan.output == "topic"
+        stages = input_stages(pipeline)
+        self.my_topics = {t for t, s in stages.items() if s == stage}
+        self.last = stage == len(plan.stages) - 1
+        next_topics = [t for t, s in stages.items() if s == stage + 1]
+        outputs = {t: plan.renamed(t) for t in output_topics(pipeline)}
+        self.output = StageOutput(next_topics, outputs, plan.partitions, pid)
+        self.runner = TaskRunner(pipeline, MemoryBackend(), self.output, partitions=plan.partitions,
+                                 now_ms=lambda: 0)
+        self.task = self.runner.start(pid)
+        self.carried: dict[str, Any] | None = None
+        self.counts = {"read": 0, "outputs": 0, "state_entries": 0}
+
+    def run(self, items: Iterable[Record | Carry]) -> Iterator[Row]:
+        """Process everything, yielding rows as batches finish; the last rows are the clock
+        (or, at a bootstrap, nothing: the state went to the changelogs) and the stats."""
+        started = time.monotonic()
+        done = 0
+        skip = self.writer.resume() if self.writer is not None else 0
+        since_commit = 0
+        for batch in _batches(items, self.plan.batch_size, self._carry):
+            self.runner.process(batch)
+            self.runner.end_batch()
+            done += len(batch)
+            since_commit += len(batch)
+            yield from self.output.take_rows()
+            yield from self._outputs(write=done > skip)
+            if self.writer is not None and since_commit >= self.plan.commit_every and done > skip:
+                self.writer.commit(done)
+                since_commit = 0
+        self.counts["read"] = done
+        yield from self._finish(done, skip)
+        metrics = {**self.runner.metrics(), **self.counts, "seconds": round(time.monotonic() - started, 3)}
+        yield Row("stats", self.pid, self.stage, 0, 0, None, None, None, None, 0, None, json.dumps(metrics))
+
+    def _carry(self, item: Carry) -> None:
+        self.carried = self.runner.codec.decode(item.clock)
+
+    def _outputs(self, write: bool) -> Iterator[Row]:
+        out = self.output.take_out()
+        if self.write_outputs:
+            assert self.writer is not None
+            if write:
+                for topic, partition, key, value, ts, headers in out:
+                    self.writer.produce(topic, key, value, ts, headers, partition)
+                self.counts["outputs"] += len(out)
+        elif self.keep_outputs:
+            self.counts["outputs"] += len(out)
+            for topic, partition, key, value, ts, headers in out:
+                yield Row("out", self.pid, 0, 0, 0, topic, partition, key, value, ts, headers, None)
+
+    def _finish(self, done: int, skip: int) -> Iterator[Row]:
+        """The task clock goes on (or into the time store), the state into the changelogs."""
+        time_store = self.task.stores.get(TIME_STORE)
+        if time_store is not None:
+            clock = merge_clocks(self.carried, self.task.time.snapshot(), self.my_topics)
+            time_store.put(CLOCK_KEY, clock)
+            if not self.last:
+                encoded = self.runner.codec.encode(clock)
+                yield Row("clock", self.pid, MAX_WATERMARK, 0, 0, None, self.pid, None, encoded, 0, None, None)
+        if self.writer is None:
+            return
+        complete = done + 1  # the marker once the state is in: nothing is left for a new attempt
+        if self.plan.bootstrap and complete > skip:
+            self._write_state()
+        if complete > skip:
+            self.writer.commit(complete)
+
+    def _write_state(self) -> None:
+        assert self.writer is not None
+        encode, dump = self.runner.codec.encode, self.runner.dump(self.pid)
+        for store in stores_of_stage(self.pipeline, self.stage, self.last):
+            topic = self.pipeline.changelog_topic(store)
+            for key, value in dump[store].items():
+                self.writer.produce(topic, key, encode(value), 0, None, self.pid)
+                self.counts["state_entries"] += 1
+
+    def close(self) -> None:
+        self.runner.close()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _batches(items: Iterable[Record | Carry], size: int, carry: Any) -> Iterator[list[Record]]:
+    """Records in batches of ``size``; a carried clock is handed to ``carry``, not processed."""
+    batch: list[Record] = []
+    for item in items:
+        if type(item) is Carry:
+            carry(item)
+            continue
+        batch.append(item)  # type: ignore[arg-type]
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, int], list[Record]],
+                writer_for: Any = None, keep_outputs: bool = True) -> dict[str, list[Row]]:
+    """The whole replay without Spark, stage after stage, in this process: what the Spark job
+    does, for tests and small replays. ``sources``: each source partition's records in offset
+    order. Returns the rows of every stage by kind."""
+    stages = len(plan.stages)
+    by_task: dict[int, dict[str, list[Record]]] = {}
+    for (topic, p), records in sources.items():
+        by_task.setdefault(p, {})[topic] = records
+    inputs: dict[int, list[Record | Carry]] = {p: list(merge_sources(t)) for p, t in by_task.items()}
+    everything: dict[str, list[Row]] = {"out": [], "stats": []}
+    for stage in range(stages):
+        nexts: list[Row] = []
+        for pid in sorted(inputs):
+            task = StageTask(pipeline, plan, stage, pid, writer_for(stage, pid) if writer_for else None,
+                             keep_outputs)
+            try:
+                for row in task.run(inputs[pid]):
+                    (nexts if row.kind in ("next", "clock") else everything[row.kind]).append(row)
+            finally:
+                task.close()
+        inputs = {}
+        for row in sorted(nexts, key=lambda r: (r.pid, r.k1, r.k2, r.k3)):
+            mine = inputs.setdefault(row.pid, [])
+            mine.append(Carry(row.value or b"") if row.kind == "clock" else
+                        Record(row.topic or "", row.pid, len(mine), row.key, row.value, row.ts, row.headers))
+    return everything
+
+
+def merge_sources(by_topic: dict[str, list[Record]]) -> list[Record]:
+    """One task's records of several source topics in one order live processing could read
+    them in: each topic's in offset order, merged by the largest timestamp seen so far in
+    each (then topic, then offset), so that their watermarks advance together."""
+    keyed = []
+    for index, (topic, records) in enumerate(sorted(by_topic.items())):
+        highest = NO_WATERMARK
+        for r in records:
+            highest = max(highest, r.timestamp()[1])
+            keyed.append(((highest, index, r.offset()), r))
+    return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]

@@ -1,0 +1,123 @@
+"""The ``spark-submit`` command of a replay: Spark's Kafka connector resolved once from Maven
+Central into the cache, the job script inside this package, and the framework, the service's
+own package and ``schemas/`` shipped to the executors with ``--py-files``.
+
+Spark is the installed pyspark (``SPARK_HOME`` is its package directory), so the same command
+runs in local mode and against any cluster whose workers have Python, the framework's
+dependencies and Java: ``--master spark://host:7077``. Nothing is fetched when the job runs.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from framework.broker.local import require_tool
+from framework.errors import EnvironmentProblem
+
+_HERE = Path(__file__).resolve().parent
+JOB = _HERE / "job.py"
+_CONNECTOR_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
+
+
+def spark_version() -> str:
+    try:
+        return importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        raise EnvironmentProblem("pyspark is not installed: pip install the framework with its dependencies "
+                                 "(scripts/bootstrap.sh does)") from None
+
+
+def spark_home() -> Path:
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise EnvironmentProblem("pyspark is not installed: pip install the framework with its dependencies")
+    return Path(spec.origin).parent
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("FW_HOME", Path.home() / ".cache" / "fw"))
+
+
+def connector_jars() -> list[Path]:
+    """Spark's Kafka connector for the installed pyspark and what it needs beyond Spark,
+    resolved from Maven Central with ``mvn`` into ``$FW_HOME/spark-kafka/<version>`` once."""
+    version = spark_version()
+    target = cache_dir() / "spark-kafka" / version
+    marker = target / ".complete"
+    if not marker.exists():
+        mvn = require_tool("mvn", "Install Apache Maven (e.g. `apt-get install maven`): it resolves Spark's Kafka "
+                                  "connector from Maven Central.")
+        target.mkdir(parents=True, exist_ok=True)
+        cmd = [mvn, "-q", "-B", "-f", str(_HERE / "pom.xml"), f"-Dspark.version={version}",
+               "dependency:copy-dependencies", f"-DoutputDirectory={target}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
+            raise EnvironmentProblem(f"mvn could not resolve spark-sql-kafka-0-10_2.13:{version} from Maven Central "
+                                     f"(pyspark {version} needs its connector of the same version):\n{tail}")
+        marker.write_text(version)
+    jars = sorted(p for p in target.glob("*.jar") if p.name.startswith(_CONNECTOR_JARS))
+    if len(jars) < len(_CONNECTOR_JARS):
+        raise EnvironmentProblem(f"the Spark Kafka connector in {target} is incomplete: delete the directory and "
+                                 "run again")
+    return jars
+
+
+def package(target: str, into: Path, root: Path | None = None) -> Path:
+    """``deps.zip`` for ``--py-files``: the framework, the top-level package of ``target``'s
+    module and ``schemas/`` (found beside that package), as the executors import them."""
+    import framework
+
+    root = root or Path.cwd()
+    into.mkdir(parents=True, exist_ok=True)
+    out = into / "deps.zip"
+    top = target.partition(":")[0].split(".")[0]
+    spec = importlib.util.find_spec(top)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        _add_tree(z, Path(framework.__file__).parent, "framework")
+        if spec is not None and spec.origin is not None and top != "framework":
+            origin = Path(spec.origin)
+            if origin.name == "__init__.py":
+                _add_tree(z, origin.parent, top)
+            else:
+                z.write(origin, origin.name)
+            schemas = (origin.parent.parent if origin.name == "__init__.py" else origin.parent) / "schemas"
+        else:
+            schemas = root / "schemas"
+        schemas = Path(os.environ.get("FW_SCHEMAS_DIR", schemas))
+        if schemas.is_dir():
+            for f in sorted(schemas.rglob("*.avsc")):
+                z.write(f, f"schemas/{f.relative_to(schemas).as_posix()}")
+    return out
+
+
+def _add_tree(z: zipfile.ZipFile, directory: Path, name: str) -> None:
+    for f in sorted(directory.rglob("*")):
+        if f.is_file() and "__pycache__" not in f.parts and f.suffix in (".py", ".typed", ".xml", ".properties"):
+            z.write(f, f"{name}/{f.relative_to(directory).as_posix()}")
+
+
+def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs: list[str], name: str,
+            mode: str = "replay") -> list[str]:
+    cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--name", name,
+           "--conf", "spark.log.level=WARN", "--conf", f"spark.pyspark.python={sys.executable}",
+           "--conf", "spark.ui.showConsoleProgress=false"]
+    for conf in confs:
+        cmd += ["--conf", conf]
+    cmd += ["--jars", ",".join(str(j) for j in jars), "--py-files", str(deps), str(JOB), str(plan_path), mode]
+    return cmd
+
+
+def environment() -> dict[str, str]:
+    """spark-submit's environment: this Python for the driver and the workers, pyspark's Spark."""
+    java = require_tool("java", "Install Java 17 or later (Spark runs on it).")
+    env = dict(os.environ)
+    env.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.setdefault("JAVA_HOME", str(Path(os.path.realpath(java)).parent.parent))
+    return env
