@@ -47,8 +47,9 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
     if dry_run:
         click.echo(shlex.join(cmd))
         return
+    env = environment()
     click.echo(f"[replay] {mode} of {plan.records:,} records on {master} (run {plan.run_id})")
-    sys.exit(subprocess.run(cmd, env=environment()).returncode)
+    sys.exit(subprocess.run(cmd, env=env).returncode)
 
 
 @click.command()
@@ -63,11 +64,13 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
 @click.option("--bootstrap", is_flag=True,
               help="Write the final state into the service's changelogs and commit its group's offsets at the end "
                    "of the range: the live service continues from there.")
+@click.option("--commit-every", default=200_000, show_default=True,
+              help="Backfill and bootstrap: commit each task's writes after this many records.")
 @click.option("--allow-nondeterministic", is_flag=True,
               help="Replay a pipeline with steps whose results replay cannot reproduce (docs/replay.md).")
 @_spark_options
 def replay(target: str, start: str, end: str, archive: str | None, output: str, output_suffix: str, bootstrap: bool,
-           allow_nondeterministic: bool, master: str, confs: tuple[str, ...], dry_run: bool,
+           commit_every: int, allow_nondeterministic: bool, master: str, confs: tuple[str, ...], dry_run: bool,
            config_file: str | None) -> None:
     """Run the pipeline TARGET (module:pipeline) over history on Spark, as the live service
     would: backfill its outputs, and/or bootstrap its state for the live service."""
@@ -82,9 +85,9 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                                "--allow-nondeterministic to replay it anyway (what it reproduces: docs/replay.md)")
     store_stages(pipeline)  # refuses a step fed by several stages
     settings = config.kafka.client_settings()
-    partitions = ensure_service_topics(pipeline, settings)
     sources = [s.topic.name for s in pipeline.sources()]
     ranges = {} if archive else resolve_ranges(settings, sources, start, end, group=pipeline.name)
+    partitions = ensure_service_topics(pipeline, settings)  # its internal topics (markers, changelogs)
     if bootstrap:
         from framework.replay.handover import refuse_if_running
 
@@ -97,7 +100,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=partitions, ranges=ranges,
                       stages=stage_topics(pipeline), output=output, output_suffix=output_suffix, bootstrap=bootstrap,
                       archive=str(Path(archive).resolve()) if archive else None,
-                      allow_nondeterministic=allow_nondeterministic,
+                      allow_nondeterministic=allow_nondeterministic, commit_every=commit_every,
                       changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()])
     _run(plan, target, "replay", master, confs, dry_run)
 

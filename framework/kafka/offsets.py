@@ -40,8 +40,9 @@ class _Log:
             info = md.topics.get(topic)
             if info is None or info.error is not None or not info.partitions:
                 known = sorted(t for t in md.topics if not t.startswith("__"))[:20]
-                raise ConfigError(f"topic {topic!r} does not exist on {settings.get('bootstrap.servers')}; "
-                                  f"topics there include {known}")
+                raise ConfigError(f"topic {topic!r} does not exist on {settings.get('bootstrap.servers')}. "
+                                  f"Fix: check the name (topics there include {', '.join(known)}) or the "
+                                  "cluster (FW_BOOTSTRAP_SERVERS)")
             self.partitions[topic] = sorted(info.partitions)
         self.bounds = {(t, p): self.consumer.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)
                        for t, parts in self.partitions.items() for p in parts}

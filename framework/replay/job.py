@@ -112,7 +112,8 @@ def stage_function(plan_json: str, stage: int) -> Any:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plan, pipeline = _setup(plan_json)
         for pid, group in itertools.groupby(_items(batches), key=lambda item: item[0]):
-            task = StageTask(pipeline, plan, stage, pid, _writer(plan, stage, pid), plan.output.startswith("parquet"))
+            task = StageTask(pipeline, plan, stage, pid, _writer(plan, stage, pid), plan.output.startswith("parquet"),
+                             _injected_fault(stage, pid))
             try:
                 rows: list[Row] = []
                 for row in task.run(item for _, item in group):
@@ -126,6 +127,25 @@ def stage_function(plan_json: str, stage: int) -> Any:
                 task.close()
 
     return run
+
+
+def _injected_fault(stage: int, pid: int) -> int | None:
+    """``FW_REPLAY_FAULT=<stage>:<task>:<outputs>[,...]``, for tests: the first attempt of
+    that task fails after writing that many outputs (with ``local[N,F]`` or
+    spark.task.maxFailures > 1, Spark runs it again)."""
+    spec = os.environ.get("FW_REPLAY_FAULT", "")
+    if not spec:
+        return None
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None and context.attemptNumber() > 0:
+        return None
+    for fault in spec.split(","):
+        s, p, n = (int(x) for x in fault.split(":"))
+        if (s, p) == (stage, pid):
+            return n
+    return None
 
 
 def _writer(plan: ReplayPlan, stage: int, pid: int) -> Any:
@@ -172,19 +192,41 @@ def _next_frame(result: DataFrame, plan: ReplayPlan) -> DataFrame:
 
 
 class _Progress(threading.Thread):
-    """A line every few seconds while a stage runs: its Spark tasks done and running."""
+    """A line every few seconds while a stage runs: the records its Spark tasks have read so
+    far (Kafka or shuffle input, from Spark's monitoring API, which executors' heartbeats
+    update) and the rate; the Spark tasks done and running when the API does not answer."""
 
-    def __init__(self, spark: SparkSession, label: str) -> None:
+    def __init__(self, spark: SparkSession, label: str, every_s: float = 5.0) -> None:
         super().__init__(daemon=True)
         self.tracker, self.label, self.done = spark.sparkContext.statusTracker(), label, threading.Event()
+        self.every_s, self.started = every_s, time.monotonic()
+        ui, app = spark.sparkContext.uiWebUrl, spark.sparkContext.applicationId
+        self.api = f"{ui}/api/v1/applications/{app}/stages?status=active" if ui else None
+
+    def records(self) -> int | None:
+        if self.api is None:
+            return None
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.api, timeout=2) as answer:
+                stages = json.load(answer)
+        except (OSError, ValueError):
+            return None
+        return sum(int(s.get("inputRecords", 0)) + int(s.get("shuffleReadRecords", 0)) for s in stages)
 
     def run(self) -> None:
-        while not self.done.wait(5.0):
-            for sid in self.tracker.getActiveStageIds():
-                info = self.tracker.getStageInfo(sid)
-                if info is not None:
-                    print(f"[replay] {self.label}: Spark stage {sid}, tasks {info.numCompletedTasks}/"
-                          f"{info.numTasks} done, {info.numActiveTasks} running", flush=True)
+        while not self.done.wait(self.every_s):
+            seconds = time.monotonic() - self.started
+            n = self.records()
+            tasks = [self.tracker.getStageInfo(sid) for sid in self.tracker.getActiveStageIds()]
+            done = sum(t.numCompletedTasks for t in tasks if t is not None)
+            total = sum(t.numTasks for t in tasks if t is not None)
+            if n is not None:
+                print(f"[replay] {self.label}: {n:,} records read, {int(n / seconds):,} records/s, "
+                      f"tasks {done}/{total} done, {seconds:.0f} s", flush=True)
+            else:
+                print(f"[replay] {self.label}: tasks {done}/{total} done, {seconds:.0f} s", flush=True)
 
 
 def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFrame) -> tuple[DataFrame, dict[str, Any]]:

@@ -119,15 +119,21 @@ def merge_clocks(earlier: dict[str, Any] | None, mine: dict[str, Any], my_topics
     return {"inputs": inputs, "steps": steps}
 
 
+class InjectedFault(RuntimeError):
+    """What ``FW_REPLAY_FAULT`` raises in a test: the Spark task's attempt fails."""
+
+
 class StageTask:
     """Runs the records of partition ``pid`` of stage ``stage``. ``writer``: the task's
     transactional writer (a Kafka backfill, whose outputs it writes, or a bootstrap, whose
     state it writes); ``keep_outputs``: outputs become ``out`` rows (a parquet backfill)."""
 
     def __init__(self, pipeline: Pipeline, plan: ReplayPlan, stage: int, pid: int,
-                 writer: ResumableWriter | None = None, keep_outputs: bool = False) -> None:
+                 writer: ResumableWriter | None = None, keep_outputs: bool = False,
+                 fail_after: int | None = None) -> None:
         self.pipeline, self.plan, self.stage, self.pid = pipeline, plan, stage, pid
         self.writer, self.keep_outputs = writer, keep_outputs
+        self.fail_after = fail_after  # a test's injected fault: raise once this many outputs were written
         self.write_outputs = writer is not None and plan.output == "topic"
         stages = input_stages(pipeline)
         self.my_topics = {t for t, s in stages.items() if s == stage}
@@ -174,6 +180,9 @@ class StageTask:
                 for topic, partition, key, value, ts, headers in out:
                     self.writer.produce(topic, key, value, ts, headers, partition)
                 self.counts["outputs"] += len(out)
+                if self.fail_after is not None and self.counts["outputs"] >= self.fail_after:
+                    raise InjectedFault(f"fault injected into stage {self.stage} task {self.pid} after "
+                                        f"{self.counts['outputs']} outputs")
         elif self.keep_outputs:
             self.counts["outputs"] += len(out)
             for topic, partition, key, value, ts, headers in out:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -107,7 +108,9 @@ def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs
             mode: str = "replay") -> list[str]:
     cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--name", name,
            "--conf", "spark.log.level=WARN", "--conf", f"spark.pyspark.python={sys.executable}",
-           "--conf", "spark.ui.showConsoleProgress=false"]
+           "--conf", "spark.ui.showConsoleProgress=false",
+           # task metrics (records read, for the progress lines) reach the driver with heartbeats
+           "--conf", "spark.executor.heartbeatInterval=3s"]
     for conf in confs:
         cmd += ["--conf", conf]
     cmd += ["--jars", ",".join(str(j) for j in jars), "--py-files", str(deps), str(JOB), str(plan_path), mode]
@@ -116,8 +119,13 @@ def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs
 
 def environment() -> dict[str, str]:
     """spark-submit's environment: this Python for the driver and the workers, pyspark's Spark."""
-    java = require_tool("java", "Install Java 17 or later (Spark runs on it).")
     env = dict(os.environ)
+    home = env.get("JAVA_HOME")
+    if not home or not (Path(home) / "bin" / "java").is_file():
+        java = shutil.which("java")
+        if java is None:
+            raise EnvironmentProblem("Java is not installed (no `java` on PATH, no JAVA_HOME): Spark runs on it. "
+                                     "Fix: install Java 17 or later (e.g. `apt-get install openjdk-17-jre-headless`)")
+        env["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
     env.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    env.setdefault("JAVA_HOME", str(Path(os.path.realpath(java)).parent.parent))
     return env

@@ -14,7 +14,8 @@ restart it, and under ``exactly_once`` the outputs and the state are those of a 
 without the crash: no number is lost and none is added twice. That makes this pipeline
 the reference for recovery tests.
 
-Run it with ``fw run services.even_odd.pipeline:pipeline``.
+``build_pipeline(suffix)`` builds the same pipeline with the suffix appended to the service
+name and every topic name. Run it with ``fw run services.even_odd.pipeline:pipeline``.
 """
 
 from __future__ import annotations
@@ -22,16 +23,20 @@ from __future__ import annotations
 from framework.pipeline import Pipeline, Topic
 from framework.serde import AvroSerde, StringSerde, load_schema
 
-pipeline = Pipeline("even-odd")
+def build_pipeline(suffix: str = "") -> Pipeline:
+    """The even/odd pipeline; ``suffix`` is appended to the service and topic names."""
+    p = Pipeline(f"even-odd{suffix}")
+    nums = p.source(
+        Topic(f"numbers{suffix}", key_serde=StringSerde(), value_serde=AvroSerde(load_schema("demo.Number"))),
+        name="numbers",
+    )
+    (
+        nums.key_by(lambda r: "even" if r["n"] % 2 == 0 else "odd", name="parity")
+        .sum(lambda r: r["n"], name="sums")
+        .to(Topic(f"even-odd-sums{suffix}"), name="to-sums")
+    )
+    nums.count(name="counts").to(Topic(f"number-counts{suffix}"), name="to-counts")
+    return p
 
-nums = pipeline.source(
-    Topic("numbers", key_serde=StringSerde(), value_serde=AvroSerde(load_schema("demo.Number")))
-)
 
-(
-    nums.key_by(lambda r: "even" if r["n"] % 2 == 0 else "odd", name="parity")
-    .sum(lambda r: r["n"], name="sums")
-    .to(Topic("even-odd-sums"))
-)
-
-nums.count(name="counts").to(Topic("number-counts"))
+pipeline = build_pipeline()

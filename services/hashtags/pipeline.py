@@ -6,7 +6,8 @@ trailing punctuation removed), re-keys by hashtag through the ``by-hashtag`` rep
 topic and emits the running count per hashtag to ``hashtag-counts`` (key: the hashtag,
 value: its count so far as JSON).
 
-Run it with ``fw run services.hashtags.pipeline:pipeline``.
+``build_pipeline(suffix)`` builds the same pipeline with the suffix appended to the service
+name and every topic name. Run it with ``fw run services.hashtags.pipeline:pipeline``.
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ def hashtags(tweet: dict[str, Any]) -> list[str]:
     return [w for w in words if w.startswith("#") and len(w) > 1]
 
 
-pipeline = Pipeline("hashtags")
+def build_pipeline(suffix: str = "") -> Pipeline:
+    """The hashtags pipeline; ``suffix`` is appended to the service and topic names."""
+    p = Pipeline(f"hashtags{suffix}")
+    (
+        p.source(Topic(f"tweets{suffix}"), name="tweets")
+        .flat_map(hashtags, name="hashtags")
+        .key_by(lambda tag: tag, name="by-hashtag")
+        .count(name="counts")
+        .to(Topic(f"hashtag-counts{suffix}"), name="to-counts")
+    )
+    return p
 
-(
-    pipeline.source(Topic("tweets"))
-    .flat_map(hashtags, name="hashtags")
-    .key_by(lambda tag: tag, name="by-hashtag")
-    .count(name="counts")
-    .to(Topic("hashtag-counts"))
-)
+
+pipeline = build_pipeline()

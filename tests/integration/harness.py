@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +117,8 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") ->
         "bootstrap.servers": bootstrap, "group.id": f"reader-{time.time_ns()}", "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True,
     })
-    consumer.subscribe([topic])
+    # assigned, not subscribed: no group to join, each partition from its beginning
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions])
     out: list[Record] = []
     at_end: set[int] = set()
     deadline = time.monotonic() + 60
@@ -205,7 +206,6 @@ def produce_to_partitions(bootstrap: str, topic: str,
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The consumer group's committed next offset of each partition of ``topic``; 0 where it
     committed none (services start at the earliest offset)."""
-    from confluent_kafka import TopicPartition
 
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     tps = [TopicPartition(topic, p) for p in md.topics[topic].partitions]
@@ -233,7 +233,6 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """The high watermark of each partition of ``topic``."""
-    from confluent_kafka import TopicPartition
 
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{time.time_ns()}"})

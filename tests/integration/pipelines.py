@@ -316,3 +316,30 @@ def upgrade_v1() -> Pipeline:
 
 def upgrade_v2() -> Pipeline:
     return _upgrade(extra=True)
+
+
+# -- the services, with the test's suffix on their names (replay parity) ----------------------
+
+
+def svc_even_odd() -> Pipeline:
+    from services.even_odd.pipeline import build_pipeline
+
+    return build_pipeline(f"-{_suffix()}")
+
+
+def svc_hashtags() -> Pipeline:
+    from services.hashtags.pipeline import build_pipeline
+
+    return build_pipeline(f"-{_suffix()}")
+
+
+def svc_sensors() -> Pipeline:
+    from services.sensors.pipeline import build_pipeline
+
+    return build_pipeline(f"-{_suffix()}")
+
+
+def svc_fire_alarm() -> Pipeline:
+    from services.fire_alarm.pipeline import build_pipeline
+
+    return build_pipeline(f"-{_suffix()}")

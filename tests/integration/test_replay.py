@@ -1,0 +1,209 @@
+"""``fw replay`` on the real broker with real PySpark, beyond parity (test_replay_parity.py):
+Spark's task retries write nothing twice, a standalone Spark cluster runs the same job, an
+archive replays like its topic, a bootstrap hands over to the live service exactly, and a
+wrong range or a missing tool is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from framework.broker.local import free_port_pair
+from framework.kafka.groups import active_members
+from framework.replay.submit import spark_home
+from tests.integration.harness import ServiceProcess, produce_to_partitions, wait_until
+from tests.integration.replay_harness import Results, assert_same, fw_replay, output_ends, results
+from tests.integration.test_replay_parity import (Case, avro_numbers, even_odd, event_time_windows, prepare,
+                                                  replay, run_live, sensors_service)
+
+
+def test_a_retried_task_writes_nothing_twice(kafka_bootstrap: str, unique: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             services: list[ServiceProcess]) -> None:
+    """The first attempt of a task of each stage fails after it has committed some of its
+    outputs and left others in an open transaction; Spark runs the task again (local[2,4]:
+    four attempts). A read_committed consumer sees each output once: the live run's."""
+    case = Case("even_odd", even_odd)
+    pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
+    run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
+    live = results(kafka_bootstrap, pipeline)
+
+    log = replay(case, {**env, "FW_REPLAY_FAULT": "0:1:25,1:2:7"}, "--output", "topic", "--output-suffix",
+                 "-retried", "--commit-every", "10", master="local[2,4]")
+    assert "fault injected into stage 0 task 1 after 25 outputs" in log
+    assert "fault injected into stage 1 task 2 after 7 outputs" in log
+    replayed = results(kafka_bootstrap, pipeline, "-retried")
+    assert_same(pipeline, live, Results(replayed.outputs, live.state))
+
+
+@pytest.fixture
+def spark_cluster(tmp_path: Path) -> Iterator[str]:
+    """A Spark standalone cluster from the installed pyspark: a master and two workers (one
+    core each) on loopback; yields its master URL once both workers have registered."""
+    port, ui = free_port_pair()
+    home = spark_home()
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1", "PYSPARK_PYTHON": sys.executable}
+    if not env.get("JAVA_HOME"):
+        env["JAVA_HOME"] = str(Path(os.path.realpath(shutil.which("java") or "java")).parent.parent)
+    url = f"spark://127.0.0.1:{port}"
+    procs = []
+
+    def start(name: str, *args: str) -> None:
+        log = open(tmp_path / f"{name}.log", "wb")
+        procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), *args], env=env, stdout=log,
+                                      stderr=subprocess.STDOUT))
+
+    def workers() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as answer:
+                return int(json.load(answer).get("aliveworkers", 0))
+        except OSError:
+            return 0
+
+    try:
+        start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+              "--webui-port", str(ui))
+        for i in range(2):
+            start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
+                  "--cores", "1", "--memory", "2g", "--webui-port", "0", "--work-dir", str(tmp_path / f"work-{i}"))
+        wait_until(lambda: workers() == 2, 120, "two Spark workers registered with the master",
+                   lambda: "\n".join((tmp_path / f).read_text(errors="replace")[-2000:]
+                                     for f in ("master.log", "worker-0.log", "worker-1.log")))
+        yield url
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_a_replay_on_a_standalone_cluster_equals_the_live_run(kafka_bootstrap: str, unique: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              services: list[ServiceProcess],
+                                                              spark_cluster: str) -> None:
+    """``fw replay --master spark://...``: the job, the framework, the service's package and
+    its Avro schemas reach executors that are not the driver's process."""
+    case = Case("svc_sensors", sensors_service)
+    pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
+    run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
+    live = results(kafka_bootstrap, pipeline)
+
+    log = replay(case, env, "--bootstrap", "--output", "topic", "--output-suffix", "-cluster", master=spark_cluster)
+    assert f"master: {spark_cluster}" in log
+    assert_same(pipeline, live, results(kafka_bootstrap, pipeline, "-cluster"))
+
+
+def test_an_archive_replays_like_its_topic(kafka_bootstrap: str, unique: str, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch, services: list[ServiceProcess]) -> None:
+    """``fw archive`` writes the sources as Parquet; ``fw replay --archive`` of it gives the
+    live run's outputs and state, as a replay of the topics does."""
+    case = Case("avro_numbers", avro_numbers)
+    pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
+    run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
+    live = results(kafka_bootstrap, pipeline)
+
+    path = tmp_path / "archive"
+    source = pipeline.input_topics()[0]
+    archived = fw_replay(["archive", source, "--path", str(path), "--master", "local[2]"], env)
+    assert archived.returncode == 0, archived.stderr[-5000:]
+    assert f"[replay] archived {sum(1 for _ in case.history(unique)[source]):,} records" in archived.stdout
+    replay(case, env, "--archive", str(path), "--bootstrap", "--output", "topic", "--output-suffix", "-archive")
+    assert_same(pipeline, live, results(kafka_bootstrap, pipeline, "-archive"))
+
+
+def _suffixed(res: Results, mine: str, theirs: str) -> Results:
+    return Results({t.replace(mine, theirs): rs for t, rs in res.outputs.items()}, res.state)
+
+
+def test_a_bootstrap_hands_over_to_the_live_service_exactly(kafka_bootstrap: str, unique: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            services: list[ServiceProcess]) -> None:
+    """History H1 then H2, into an event-time pipeline with a repartition whose windows are
+    open when H1 ends. Reference: the live service over H1+H2. Test: the live service over
+    the first third of H1 (its host keeps that local state), ``fw replay --bootstrap
+    --output topic`` over H1, then the same live service, same host, over H2. Its outputs
+    after the first run and its final state equal the reference's: nothing twice, nothing
+    missing, the older local state rebuilt instead of merged."""
+    case = Case("event_time_windows", event_time_windows)
+    n = min(len(records) for records in case.history("x").values())
+    first, h1, h2 = slice(0, n // 6), slice(n // 6, n // 2), slice(n // 2, None)
+
+    reference, ref_env = prepare(case, kafka_bootstrap, f"{unique}r", monkeypatch)
+    run_live(case, kafka_bootstrap, reference, ref_env, tmp_path / "reference", services)
+    expected = results(kafka_bootstrap, reference)
+
+    pipeline, env = prepare(case, kafka_bootstrap, f"{unique}t", monkeypatch, first)
+    run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
+    since = output_ends(kafka_bootstrap, pipeline)
+    _produce(case, kafka_bootstrap, f"{unique}t", h1)
+    log = replay(case, env, "--bootstrap", "--output", "topic")
+    assert "state_entries" in log
+    _produce(case, kafka_bootstrap, f"{unique}t", h2)
+    run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)  # the same state directory
+    handed_over = _suffixed(results(kafka_bootstrap, pipeline, since=since), f"{unique}t", f"{unique}r")
+    assert_same(reference, expected, handed_over)
+
+
+def _produce(case: Case, bootstrap: str, suffix: str, part: slice) -> None:
+    for topic, records in case.history(suffix).items():
+        produce_to_partitions(bootstrap, topic, records[part])
+
+
+# -- refused in one line ------------------------------------------------------------------
+
+def _refused(args: list[str], env: dict[str, str], *expected: str) -> None:
+    done = fw_replay(args, env)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    for words in expected:
+        assert words in lines[0], lines[0]
+
+
+def test_a_wrong_range_or_a_missing_tool_is_refused_in_one_line(kafka_bootstrap: str, unique: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                services: list[ServiceProcess]) -> None:
+    """Refused before Spark starts, one line each, no traceback: a start below the log start
+    (records deleted), an end past the log end, an unknown topic, a bootstrap while the
+    service runs, no Maven to resolve Spark's Kafka connector, no Java."""
+    case = Case("even_odd", even_odd)
+    target = f"tests.integration.pipelines:{case.target}"
+    pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
+    topic = f"numbers-{unique}"
+    deleted = AdminClient({"bootstrap.servers": kafka_bootstrap}).delete_records([TopicPartition(topic, 0, 5)])
+    for future in deleted.values():
+        future.result(30)
+
+    _refused(["replay", target, "--from", f"{topic}:0:2"], env, f"{topic}[0]", "5", "--from")
+    _refused(["replay", target, "--to", f"{topic}:1:100000"], env, f"{topic}[1]", "--to")
+    _refused(["archive", f"nothing-here-{unique}", "--path", str(tmp_path / "a")], env, f"nothing-here-{unique}")
+
+    svc = ServiceProcess(target, tmp_path, "0", env).start()
+    services.append(svc)
+    wait_until(lambda: bool(active_members({"bootstrap.servers": kafka_bootstrap}, pipeline.name)), 60,
+               "the service joined its group", svc.log_text)
+    _refused(["replay", target, "--bootstrap", "--dry-run"], env, "active member", "stop")
+    assert svc.stop() == 0
+
+    monkeypatch.setenv("FW_TEST_SUFFIX", f"{unique}-gone")
+    _refused(["replay", target], {**env, "FW_TEST_SUFFIX": f"{unique}-gone"}, f"numbers-{unique}-gone")
+
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    no_tools = {**env, "PATH": str(empty), "JAVA_HOME": ""}
+    _refused(["replay", target, "--dry-run"], {**no_tools, "FW_HOME": str(tmp_path / "cache")}, "Maven", "install")
+    _refused(["replay", target], no_tools, "Java", "install")
