@@ -1,7 +1,12 @@
 """docs/benchmarks.md and docs/benchmarks.png from one results JSON of benchmarks/suite.py.
 
-    benchmarks/.venv-quix/bin/python benchmarks/report.py benchmarks/results/<run>.json [<latency-run>.json ...]
+    benchmarks/.venv-quix/bin/python benchmarks/report.py [--no-plot] benchmarks/results/<run>.json \
+        [<latency-run>.json ...] [<replay-run>.json ...]
 
+Further files add their latency runs (a section each) and their replay runs (``--phases
+...,replay``: the "Replay on Spark" section, next to the live ``fw-1`` run of the same file).
+``--no-plot`` leaves docs/benchmarks.png as it is; the plot is drawn only from a main file that
+compares several systems.
 (matplotlib comes from the benchmark venv, never from the project's dependencies; without it
 only the markdown is written).
 """
@@ -272,16 +277,187 @@ def supplementary(d: dict, extra: list[tuple[str, dict]]) -> list[str]:
     return lines
 
 
+# --- replay on Spark ---------------------------------------------------------------------
+
+SCALING_TARGET = 1.7
+
+
+def _cores(r: dict) -> int | None:
+    return r.get("cores")
+
+
+def _replay_ok(r: dict | None) -> bool:
+    return bool(r) and r.get("status") == "ok" and bool(r.get("job_records_per_s"))
+
+
+def _check(r: dict | None) -> str:
+    ok = (r or {}).get("check", {}).get("ok")
+    return "–" if ok is None else ("✓" if ok else "✗")
+
+
+def _replay_rows(e: dict) -> dict[str, list[dict]]:
+    by_w: dict[str, list[dict]] = {}
+    for r in e.get("replay") or []:
+        by_w.setdefault(r["workload"], []).append(r)
+    return by_w
+
+
+def _scaling(rows: list[dict]) -> tuple[dict, dict] | None:
+    """The one-core and the two-core replay of a workload (local[1] and local[2] by default)."""
+    one = next((r for r in rows if _cores(r) == 1), None)
+    two = next((r for r in rows if _cores(r) == 2), None)
+    return (one, two) if one and two else None
+
+
+PARTS = ("JVM (Spark)", "Python workers (the tasks)", "Python driver (job.py)", "fw replay command")
+
+
+def _cpu_parts(e: dict) -> list[str]:
+    """Where a replay's CPU goes: the Spark JVM, the Python workers running the tasks, ..."""
+    rows = [r for r in e["replay"] if r.get("cpu_s_by_part")]
+    if not rows:
+        return []
+    n = e["config"]["records"] / 1e6
+    parts = [p for p in PARTS if any(p in r["cpu_s_by_part"] for r in rows)]
+    parts += sorted({p for r in rows for p in r["cpu_s_by_part"]} - set(parts))
+    out = ["**CPU seconds per million records by part of the replay** (the whole command, start-up included; "
+           "the JVM's busiest threads in the results file, `cpu_s_by_thread`)", "",
+           "| workload | master | " + " | ".join(parts) + " |", "|---|---|" + "---:|" * len(parts)]
+    for r in rows:
+        out.append(f"| {r['workload']} | `{r['master']}` | "
+                   + " | ".join(_fmt(r["cpu_s_by_part"].get(p, 0) / n) for p in parts) + " |")
+    return out + [""]
+
+
+def _replay_profiles(e: dict) -> list[str]:
+    out: list[str] = []
+    for case, p in (e.get("replay_profile") or {}).items():
+        if "self" not in p:
+            out += [f"- replay profile {case}: {p.get('error')}", ""]
+            continue
+        out += [f"**Profile of the replay's Python processes, {case}** (py-spy `--subprocesses`, {p['samples']:,} "
+                f"samples; {_fmt(p.get('job_records_per_s_under_profiler'))} records/s under the profiler; the JVM "
+                "is not sampled), self time:", "", "| function | self % |", "|---|---:|"]
+        out += [f"| `{f}` | {pct} |" for f, pct in [x for x in p["self"] if not x[0].startswith("process ")][:12]]
+        out.append("")
+    return out
+
+
+def _stage_counts(e: dict) -> str:
+    counts = sorted({len(r.get("stages") or []) for r in e["replay"] if r.get("stages")})
+    if counts == [1]:
+        return "one stage: no workload repartitions"
+    return "stages: " + ", ".join(f"{r['workload']} {len(r.get('stages') or [])}" for r in e["replay"])
+
+
+def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
+    """``fw replay`` of W1–W4 on Spark next to the live ``fw-1`` exactly-once run of the same
+    results file (same input topic, same machine state), and where the replay targets stand."""
+    if not sources:
+        return []
+    lines = [
+        "## Replay on Spark", "",
+        "`fw replay benchmarks.apps.fw_app:pipeline --master <master> --output topic --output-suffix <unique>`, "
+        "Spark in local mode on the same machine as the broker, over the input topic the throughput phase of the "
+        "same run read (same records, same sentinels), next to that run's live `fw-1` exactly-once. Each Kafka "
+        "partition is a Spark task running the live service's task runner; its outputs are written exactly once "
+        "(a transactional producer per task) to a new topic, read back read_committed and compared with the "
+        "reference like the live runs' (✓ / ✗).",
+        "",
+        "- *records/s*: live, from the first output (or commit) to the last; replay, the job's own `records/s` "
+        "(`[replay] done:` line: input records ÷ seconds from the Spark session being up to the job's end, "
+        "reading Kafka included).",
+        "- *per core*: replay records/s ÷ the master's cores; live `fw-1` is one process, its records/s is "
+        "its per-core rate.",
+        "- *wall s*: launch to end, start-up included (live: until the group had committed every input "
+        "offset; replay: the whole `fw replay` command, the JVM and the Spark session included; the job's own "
+        "seconds in parentheses).",
+        "- *CPU s/M*: CPU seconds (user + system) per million input records of every process of the run, "
+        "sampled from /proc (live: the measured span; replay: the whole command, in parentheses the job "
+        "alone, from the Spark session being up to the `done` line).",
+        "",
+    ]
+    for name, e in sources:
+        live = _index(e["throughput"])
+        masters = list(dict.fromkeys(r["master"] for r in e["replay"]))
+        m = e["machine"]
+        lines += [
+            f"From `benchmarks/results/{name}` (run {e['run']}{', ' + e['label'] if e.get('label') else ''}; "
+            f"{e['config']['records']:,} records plus one sentinel per partition, {e['config']['partitions']} "
+            f"partitions = {e['config']['partitions']} Spark tasks per stage, {_stage_counts(e)}; pyspark "
+            f"{m.get('pyspark', '?')}, {m['cores']} cores; load average {', '.join(f'{x:.2f}' for x in e['loadavg_at_start'])} "
+            f"at the start, {', '.join(f'{x:.2f}' for x in e.get('loadavg_at_end', []))} at the end).",
+            "",
+        ]
+        for w, rows in _replay_rows(e).items():
+            lv = live.get((w, "exactly_once", "fw-1"))
+            lines += [f"**{w}** ({e['workloads'].get(w, '')})", "",
+                      "| run | records/s | records/s per core | wall s | CPU s/M | check |",
+                      "|---|---:|---:|---:|---:|:-:|"]
+            if lv:
+                lines.append(f"| live `fw-1`, exactly-once | {_fmt(lv.get('records_per_s'))} | "
+                             f"{_fmt(lv.get('records_per_s'))} | {_fmt(lv.get('lag_zero_s'))} | "
+                             f"{_fmt(lv.get('cpu_s_per_million'))} | {_check(lv)} |")
+            for r in sorted(rows, key=lambda r: masters.index(r["master"])):
+                status = "" if r.get("status") == "ok" else f" ({r.get('status')})"
+                job_cpu = f" ({_fmt(r['job_cpu_s_per_million'])})" if r.get("job_cpu_s_per_million") else ""
+                lines.append(f"| replay `{r['master']}`{status} | {_fmt(r.get('job_records_per_s'))} | "
+                             f"{_fmt(r.get('records_per_s_per_core'))} | {_fmt(r.get('wall_s'))} "
+                             f"({_fmt(r.get('job_s'))}) | {_fmt(r.get('cpu_s_per_million'))}{job_cpu} | {_check(r)} |")
+            pair = _scaling(rows)
+            if pair and _replay_ok(pair[0]) and _replay_ok(pair[1]):
+                one, two = pair
+                lines += ["", f"`{two['master']}` / `{one['master']}` = "
+                              f"{two['job_records_per_s'] / one['job_records_per_s']:.2f}× (job records/s)."]
+            lines.append("")
+        lines += _cpu_parts(e)
+        lines += ["**Targets of the replay**", "", "| target | workload | where we stand | met? |", "|---|---|---|---|"]
+        for w, rows in _replay_rows(e).items():
+            lv = (live.get((w, "exactly_once", "fw-1")) or {}).get("records_per_s")
+            for r in rows:
+                if not _replay_ok(r) or not lv:
+                    lines.append(f"| replay records/s per core ≥ live `fw-1`'s | {w} | `{r['master']}`: not measured "
+                                 f"({r.get('status') if r.get('status') != 'ok' else 'no live fw-1 exactly-once run'}) "
+                                 "| – |")
+                    continue
+                pc = r["records_per_s_per_core"]
+                met = pc >= lv and r.get("check", {}).get("ok") is True
+                lines.append(f"| replay records/s per core ≥ live `fw-1`'s | {w} | `{r['master']}` {pc:,} vs live "
+                             f"{lv:,} = {pc / lv:.0%}{'' if r.get('check', {}).get('ok') else ', output ✗'} | "
+                             f"{'met' if met else 'not met'} |")
+            pair = _scaling(rows)
+            if pair and _replay_ok(pair[0]) and _replay_ok(pair[1]):
+                one, two = pair
+                ratio = two["job_records_per_s"] / one["job_records_per_s"]
+                lines.append(f"| `{two['master']}` ≥ {SCALING_TARGET}× `{one['master']}` | {w} | "
+                             f"{two['job_records_per_s']:,} vs {one['job_records_per_s']:,} = {ratio:.2f}× | "
+                             f"{'met' if ratio >= SCALING_TARGET else 'not met'} |")
+            elif pair:
+                lines.append(f"| `{pair[1]['master']}` ≥ {SCALING_TARGET}× `{pair[0]['master']}` | {w} | not measured "
+                             "(a replay did not finish) | – |")
+        lines.append("")
+        lines += _replay_profiles(e)
+    return lines
+
+
 def main() -> None:
-    path = Path(sys.argv[1])
+    args = sys.argv[1:]
+    keep_plot = "--no-plot" in args  # docs/benchmarks.png stays as it is
+    files = [a for a in args if a != "--no-plot"]
+    path = Path(files[0])
     d = json.loads(path.read_text())
-    extra = [(Path(p).name, json.loads(Path(p).read_text())) for p in sys.argv[2:]]
-    if _have_matplotlib():
-        plot(d, [(n, e) for n, e in extra if len(e["systems"]) > 1])  # comparisons only, not soaks
+    extra = [(Path(p).name, json.loads(Path(p).read_text())) for p in files[1:]]
+    latency_extra = [(n, e) for n, e in extra if e.get("latency")]
+    replays = [(path.name, d)] if d.get("replay") else []
+    replays += [(n, e) for n, e in extra if e.get("replay")]
+    # a plot compares systems: not drawn from a run of one system (a replay run, a soak)
+    if not keep_plot and len(d["systems"]) > 1 and _have_matplotlib():
+        plot(d, [(n, e) for n, e in latency_extra if len(e["systems"]) > 1])  # comparisons only, not soaks
     text = markdown(d, path.name)
-    if extra:
+    inserted = supplementary(d, latency_extra) + replay_section(replays)
+    if inserted:
         marker = "## Targets"
-        text = text.replace(marker, "\n".join(supplementary(d, extra)) + "\n" + marker, 1)
+        text = text.replace(marker, "\n".join(inserted) + "\n" + marker, 1)
     DOC.write_text(text)
     print(DOC)
 

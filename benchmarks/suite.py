@@ -14,7 +14,11 @@ Per run:
   4. latency phase: each (system, workload, guarantee) on a fresh topic fed at a fixed rate
      (half the framework's best throughput for that workload and guarantee); a separate
      read_committed consumer notes when each output becomes visible;
-  5. results as JSON in benchmarks/results/, then docs/benchmarks.md and the plot.
+  5. replay phase (``--phases ...,replay``): each workload replayed with ``fw replay`` on Spark
+     (each master of ``--replay-masters``) over the throughput phase's input topic, written
+     exactly once to a fresh topic; wall time of the spark-submit, the job's own numbers, CPU
+     of the process tree, and the output checked against the reference as above;
+  6. results as JSON in benchmarks/results/, then docs/benchmarks.md and the plot.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import pickle
 import platform
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -294,10 +299,14 @@ class ProcTree:
     """CPU seconds (utime + stime) and memory (VmRSS, VmHWM) of a process and its descendants;
     a process's last reading is kept after it exits."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, detail: bool = False) -> None:
         self.pid = pid
         self.cpu: dict[int, float] = {}
         self.hwm: dict[int, int] = {}
+        self.detail = detail  # also each process's command line, and CPU per thread (threads())
+        self.cmdline: dict[int, str] = {}
+        self.thread_cpu: dict[tuple[int, int], tuple[str, float]] = {}  # (pid, tid) -> (thread name, CPU s)
+        self.pids: list[int] = []
         self.rss_now = 0
 
     def sample(self) -> tuple[float, int, int]:
@@ -313,6 +322,10 @@ class ProcTree:
                     st = f.read()
                 fields = st[st.rindex(")") + 2:].split()
                 self.cpu[p] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+                if self.detail:  # read each time (spark-submit's bash script execs the JVM); empty: a zombie
+                    with open(f"/proc/{p}/cmdline", "rb") as f:
+                        cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                    self.cmdline[p] = cmdline or self.cmdline.get(p, "")
                 with open(f"/proc/{p}/status") as f:
                     for line in f:
                         if line.startswith("VmHWM:"):
@@ -322,7 +335,32 @@ class ProcTree:
             except (OSError, ValueError, IndexError):
                 continue
         self.rss_now = rss
+        self.pids = pids
         return sum(self.cpu.values()), rss, sum(self.hwm.values())
+
+    def sample_threads(self) -> None:
+        """CPU seconds of every thread of the tree's processes (as of the last ``sample``)."""
+        for p in self.pids:
+            try:
+                tids = os.listdir(f"/proc/{p}/task")
+            except OSError:
+                continue
+            for t in tids:
+                try:
+                    with open(f"/proc/{p}/task/{t}/stat") as f:
+                        st = f.read()
+                except OSError:
+                    continue
+                name = st[st.index("(") + 1:st.rindex(")")]
+                fields = st[st.rindex(")") + 2:].split()
+                self.thread_cpu[(p, int(t))] = (name, (int(fields[11]) + int(fields[12])) / CLK_TCK)
+
+    def threads(self, role: Any) -> dict[str, float]:  # noqa: ANN401
+        """CPU seconds by ``role(command line)`` and thread name (digits dropped: pools summed)."""
+        out: Counter = Counter()
+        for (p, _t), (name, cpu) in self.thread_cpu.items():
+            out[f"{role(self.cmdline.get(p, ''))}: {re.sub(r'[0-9]+', '#', name)}"] += cpu
+        return {k: round(v, 2) for k, v in out.most_common() if v >= 0.05}
 
 
 @dataclass
@@ -638,6 +676,167 @@ def _latencies(workload: str, seen: list[tuple[int, int, bytes]], lo: int, hi: i
             "max_ms": lats[-1]}
 
 
+# --- replay on Spark ----------------------------------------------------------------------
+
+_STAGE_LINE = re.compile(r"^\[replay\] stage (\d+) \((.*?)\): (.*)$")
+_DONE_LINE = re.compile(r"^\[replay\] done: (.*)$")
+
+
+def _replay_counts(text: str) -> dict[str, Any]:
+    """``records 1,000, seconds 2.5, records/s 400`` (plan.summary()) as a dict of numbers."""
+    out: dict[str, Any] = {}
+    for part in text.split(", "):
+        name, _, value = part.rpartition(" ")
+        try:
+            out[name] = float(value) if "." in value else int(value.replace(",", ""))
+        except ValueError:
+            out[name] = value
+    return out
+
+
+def parse_replay_log(text: str) -> dict[str, Any]:
+    """The per-stage lines and the final line of ``fw replay``'s output."""
+    stages, done = [], None
+    for line in text.splitlines():
+        m = _STAGE_LINE.match(line.strip())
+        if m:
+            stages.append({"stage": int(m.group(1)), "topics": m.group(2), **_replay_counts(m.group(3))})
+            continue
+        m = _DONE_LINE.match(line.strip())
+        if m:
+            done = _replay_counts(m.group(1))
+    return {"stages": stages, "done": done}
+
+
+def master_cores(master: str) -> int | None:
+    """The cores a Spark master runs tasks on: local → 1, local[N] / local[N,F] → N, local[*] → all."""
+    if master == "local":
+        return 1
+    m = re.fullmatch(r"local\[(\*|\d+)(?:,\d+)?\]", master)
+    if not m:
+        return None
+    return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
+
+
+def _replay_role(cmdline: str) -> str:
+    """Which part of a replay a process of its tree is."""
+    if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
+        return "Python workers (the tasks)"
+    if "replay/job.py" in cmdline and "SparkSubmit" not in cmdline:
+        return "Python driver (job.py)"
+    if "java" in cmdline.split(" ", 1)[0]:
+        return "JVM (Spark)"
+    if "framework.cli" in cmdline or "BENCH" in cmdline:
+        return "fw replay command"
+    return "other"
+
+
+def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: int,
+               expected: Counter, profile: bool = False) -> dict[str, Any]:
+    """``fw replay benchmarks.apps.fw_app:pipeline --master <master> --output topic`` over the
+    throughput phase's input topic: the wall time of the whole spark-submit, the job's own
+    numbers from its output, CPU of the process tree (and by part: JVM, Python workers, ...),
+    and the output checked. ``profile``: under ``py-spy record --subprocesses`` (not measured)."""
+    slug = master.replace("[", "").replace("]", "").replace("*", "all").replace(",", "-")
+    group, out_topic = _names(ctx, "rpprof" if profile else "rp", slug, workload, "exactly_once")
+    create_topics(ctx.admin, [out_topic])  # `--output-suffix` creates <output><suffix> like <output>
+    suffix = f"-replay-{uuid.uuid4().hex[:8]}"
+    written = f"{out_topic}{suffix}"
+    state = tempfile.mkdtemp(prefix="bench-state-")
+    spec = launch_spec("fw-1", workload, "exactly_once", ctx.bootstrap, input_topic, out_topic, group, state,
+                       ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads)
+    launcher = os.environ.get("BENCH_FW_LAUNCHER")
+    cmd = ([PY, launcher] if launcher else [PY, "-m", "framework.cli"]) + [
+        "replay", "benchmarks.apps.fw_app:pipeline", "--master", master, "--output", "topic",
+        "--output-suffix", suffix]
+    log_path = ctx.logs / f"{group}.log"
+    logf = open(log_path, "w")
+    load_before = os.getloadavg()
+    t_launch = time.monotonic()
+    proc = subprocess.Popen(cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    tree = ProcTree(proc.pid, detail=True)
+    spy, prof_file = None, ctx.logs / f"profile-replay-{workload}-{slug}.txt"
+    if profile:
+        spy = subprocess.Popen([str(BENCH / ".venv-quix" / "bin" / "py-spy"), "record", "--pid", str(proc.pid),
+                                "--subprocesses", "--rate", "100", "--format", "raw", "--output", str(prof_file),
+                                "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    status = "ok"
+    marks: dict[str, tuple[float, float]] = {}  # event -> (seconds since launch, CPU seconds then)
+    samples: list[tuple[float, float, int]] = []  # t, cpu, rss
+    tail = ""
+    try:
+        with open(log_path) as reader:
+            while True:
+                cpu, rss, _hwm = tree.sample()
+                now = time.monotonic() - t_launch
+                samples.append((now, cpu, rss))
+                if len(samples) % 5 == 0:
+                    tree.sample_threads()
+                chunk = reader.read()
+                if chunk:
+                    tail = tail[-100:] + chunk  # a line may arrive in two reads
+                    for event, needle in (("session", "[replay] Spark UI:"), ("stage0", "[replay] stage 0 ("),
+                                          ("done", "[replay] done:")):
+                        if event not in marks and needle in tail:
+                            marks[event] = (now, cpu)
+                if proc.poll() is not None:
+                    if proc.returncode != 0:
+                        status = f"exited with {proc.returncode} (log {log_path})"
+                    break
+                if now > ctx.args.replay_timeout:
+                    status = f"timed out after {ctx.args.replay_timeout}s (log {log_path})"
+                    break
+                time.sleep(0.2)
+        wall = time.monotonic() - t_launch
+    finally:
+        stop(proc)
+        if spy is not None:
+            try:
+                spy.wait(60)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+        logf.close()
+        shutil.rmtree(state, ignore_errors=True)
+    by_role: Counter = Counter()
+    for pid, cpu in tree.cpu.items():
+        by_role[_replay_role(tree.cmdline.get(pid, ""))] += cpu
+    cpu_total = max(s[1] for s in samples) if samples else None
+    parsed = parse_replay_log(log_path.read_text())
+    done = parsed["done"] or {}
+    cores = master_cores(master)
+    job_rps = done.get("records/s")
+    res: dict[str, Any] = {
+        "workload": workload, "master": master, "cores": cores, "records": total, "status": status,
+        "command": " ".join(["fw"] + cmd[cmd.index("replay"):]), "output_topic": written,
+        "wall_s": round(wall, 2),
+        "job_s": done.get("seconds"), "job_records_per_s": job_rps,
+        "records_per_s_per_core": round(job_rps / cores) if job_rps and cores else None,
+        "wall_records_per_s": round(total / wall) if status == "ok" and wall else None,
+        "startup_s": round(marks["session"][0], 2) if "session" in marks else None,
+        "cpu_s_total": round(cpu_total, 2) if cpu_total is not None else None,
+        "cpu_s_per_million": round(cpu_total / total * 1e6, 2) if cpu_total and total else None,
+        "peak_rss_mb": round(max(s[2] for s in samples) / 2**20, 1) if samples else None,
+        "cpu_s_by_part": {k: round(v, 2) for k, v in by_role.most_common()},
+        "cpu_s_by_thread": dict(list(tree.threads(_replay_role).items())[:25]),
+        "done": done, "stages": parsed["stages"],
+        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+    }
+    if "session" in marks and "done" in marks and marks["done"][1] > marks["session"][1]:
+        # the job alone: from the Spark session being up to its final line (0.2 s resolution)
+        res["job_cpu_s"] = round(marks["done"][1] - marks["session"][1], 2)
+        res["job_cpu_s_per_million"] = round(res["job_cpu_s"] / total * 1e6, 2)
+    if profile:
+        res["profile"] = summarize_profile(prof_file)
+        res["profile_file"] = str(prof_file)
+    if status == "ok" and done:
+        got = reduce_outputs(workload, read_all(ctx.bootstrap, written))
+        res["check"] = compare(expected, got)
+    else:
+        res["check"] = {"ok": None, "note": "not checked: the replay did not finish"}
+    return res
+
+
 # --- profile summary --------------------------------------------------------------------
 
 def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
@@ -684,7 +883,9 @@ def main() -> None:
     ap.add_argument("--workloads", default="w1,w2,w3,w4")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--guarantees", default=",".join(GUARANTEES))
-    ap.add_argument("--phases", default="throughput,latency")
+    ap.add_argument("--phases", default="throughput,latency",
+                    help="comma-separated: throughput, latency, replay (fw replay on Spark over the throughput "
+                         "phase's input topic)")
     ap.add_argument("--latency-seconds", type=float, default=20)
     ap.add_argument("--latency-warmup", type=float, default=8)
     ap.add_argument("--latency-drain", type=float, default=3, help="seconds to wait for the last outputs")
@@ -692,6 +893,12 @@ def main() -> None:
     ap.add_argument("--commit-ms", type=int, default=1000)
     ap.add_argument("--ks-threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--run-timeout", type=float, default=300)
+    ap.add_argument("--replay-masters", default="local[1],local[2]",
+                    help="replay phase: the Spark masters to replay each workload on")
+    ap.add_argument("--replay-timeout", type=float, default=3600, help="replay phase: seconds per spark-submit")
+    ap.add_argument("--replay-profile", action="store_true",
+                    help="replay phase: replay each workload once more on the first master under py-spy "
+                         "(--subprocesses: the Python workers and the driver), top functions into the results")
     ap.add_argument("--profile", action="store_true", help="also profile the framework (1 process) with py-spy")
     ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:39092")
     ap.add_argument("--label", default="", help="written into the results (e.g. smoke)")
@@ -705,6 +912,9 @@ def main() -> None:
         assert w in WORKLOADS, f"unknown workload {w}; known: {list(WORKLOADS)}"
     for s in systems:
         assert s in SYSTEMS, f"unknown system {s}; known: {SYSTEMS}"
+    masters = [m for m in args.replay_masters.split(",") if m] if "replay" in args.phases.split(",") else []
+    for m in masters:
+        assert master_cores(m), f"--replay-masters: {m} is not local, local[N] or local[*]"
     run_id = time.strftime("%Y%m%d-%H%M%S")
     logs = RESULTS / "logs" / run_id
     logs.mkdir(parents=True, exist_ok=True)
@@ -715,10 +925,17 @@ def main() -> None:
         "config": {"records": args.records, "keys": KEYS, "partitions": PARTITIONS, "commit_interval_ms": args.commit_ms,
                    "window_ms": WINDOW_MS, "watermark_bound_ms": BOUND_MS, "session_gap_ms": GAP_MS,
                    "kstreams_threads": args.ks_threads, "fw_processes_n": ctx.cores,
-                   "latency_seconds": args.latency_seconds, "latency_warmup_s": args.latency_warmup},
+                   "latency_seconds": args.latency_seconds, "latency_warmup_s": args.latency_warmup,
+                   "replay_masters": masters},
         "systems": {s: SYSTEM_NAMES[s] for s in systems}, "workloads": {w: WORKLOADS[w] for w in workloads},
         "throughput": [], "latency": [], "profile": {},
     }
+    if "replay" in args.phases.split(","):
+        import pyspark  # the installed pyspark runs the replays
+
+        results["machine"]["pyspark"] = pyspark.__version__
+        results["replay"] = []
+        results["replay_profile"] = {}
     out_file = RESULTS / f"{run_id}{'-' + args.label if args.label else ''}.json"
 
     def save() -> None:
@@ -727,7 +944,7 @@ def main() -> None:
     phases = args.phases.split(",")
     best: dict[tuple[str, str], float] = {}
     try:
-        if "throughput" in phases or args.profile:
+        if "throughput" in phases or "replay" in phases or args.profile:
             log(f"generating {args.records:,} records")
             events = generate(args.records)
             input_topic = f"bench-{ctx.run_id}-input"
@@ -755,6 +972,24 @@ def main() -> None:
                         r = throughput_run(ctx, "fw-1", w, g, input_topic, total, expected, profile=True)
                         results["profile"][f"{w}/{g}"] = {"records_per_s_under_profiler": r.get("records_per_s"),
                                                           **summarize_profile(Path(r["profile_file"]))}
+                        save()
+            if "replay" in phases:
+                for w in workloads:
+                    expected = reference(w, events)
+                    for m in masters:
+                        log(f"replay {w} on {m} ...")
+                        r = replay_run(ctx, w, m, input_topic, total, expected)
+                        results["replay"].append(r)
+                        save()
+                        log(f"  -> job {r.get('job_records_per_s')} rec/s in {r.get('job_s')} s, wall {r['wall_s']} s, "
+                            f"cpu {r.get('cpu_s_per_million')} s/M, "
+                            f"check {'ok' if r['check']['ok'] else r['check']} [{r['status']}]")
+                    if args.replay_profile and masters:
+                        log(f"replay {w} on {masters[0]} under py-spy ...")
+                        r = replay_run(ctx, w, masters[0], input_topic, total, expected, profile=True)
+                        results["replay_profile"][f"{w}/{masters[0]}"] = {
+                            "job_records_per_s_under_profiler": r.get("job_records_per_s"),
+                            "cpu_s_by_part": r.get("cpu_s_by_part"), **r.get("profile", {})}
                         save()
             del events
         if "latency" in phases:

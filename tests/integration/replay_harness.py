@@ -85,7 +85,10 @@ def results(bootstrap: str, pipeline: Pipeline, suffix: str = "",
         for r in sorted(read_topic(bootstrap, pipeline.changelog_topic(store)), key=lambda r: (r.partition, r.offset)):
             latest[(r.partition, r.key or b"")] = r.value
         decoded = {pk: codec.decode(v) for pk, v in latest.items() if v is not None}
-        state[store] = {pk: v for pk, v in decoded.items() if not _blank_clock(v)}
+        decoded = {pk: v for pk, v in decoded.items() if not _blank_clock(v)}
+        # a store's meta entries (its signature) where it holds nothing: as good as a fresh store
+        holding = {p for p, key in decoded if not key.startswith(b"\x00")}
+        state[store] = {(p, key): v for (p, key), v in decoded.items() if p in holding or not key.startswith(b"\x00")}
     return Results(outputs, state)
 
 
