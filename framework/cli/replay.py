@@ -16,7 +16,7 @@ from framework.config import Config
 from framework.errors import ConfigError
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
 from framework.kafka.offsets import resolve_ranges
-from framework.replay.plan import ReplayPlan, check_contract, output_topics, stage_topics, store_stages
+from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
 from framework.replay.submit import cache_dir, command, connector_jars, environment, package
 from framework.runtime.topics import ensure_service_topics
 
@@ -101,7 +101,8 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       stages=stage_topics(pipeline), output=output, output_suffix=output_suffix, bootstrap=bootstrap,
                       archive=str(Path(archive).resolve()) if archive else None,
                       allow_nondeterministic=allow_nondeterministic, commit_every=commit_every,
-                      changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()])
+                      changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()],
+                      definition=definition_of(pipeline))
     _run(plan, target, "replay", master, confs, dry_run)
 
 

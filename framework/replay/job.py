@@ -33,8 +33,8 @@ from pyspark.sql import functions as F
 
 from framework.config import Config
 from framework.engine.record import Record
-from framework.errors import FrameworkError
-from framework.replay.plan import ReplayPlan, summary
+from framework.errors import FrameworkError, PipelineError
+from framework.replay.plan import ReplayPlan, definition_of, summary
 from framework.replay.stage import Carry, Row, StageTask
 
 ROW_FIELDS = [
@@ -61,7 +61,14 @@ def _setup(plan_json: str) -> tuple[ReplayPlan, Any]:
         _unpack_schemas()
         from framework.cli.run import load_pipeline
 
-        _READY["plan"], _READY["pipeline"] = plan, load_pipeline(plan.target)
+        pipeline = load_pipeline(plan.target)
+        if plan.definition and definition_of(pipeline) != plan.definition:
+            raise PipelineError(
+                f"{plan.target} imported on this executor is not the pipeline fw replay planned "
+                f"({definition_of(pipeline).splitlines()[0]} here, {plan.definition.splitlines()[0]} there). Fix: "
+                "give the executors what the pipeline reads from its environment "
+                "(--conf spark.executorEnv.NAME=value)")
+        _READY["plan"], _READY["pipeline"] = plan, pipeline
     return _READY["plan"], _READY["pipeline"]
 
 
@@ -268,8 +275,9 @@ def replay(spark: SparkSession, plan: ReplayPlan) -> dict[str, Any]:
     grand: dict[str, Any] = {"records read": plan.records}
     for stage in range(len(plan.stages)):
         result, totals = run_stage(spark, plan, stage, frame)
-        for k in ("outputs", "state_entries", "dead_letters"):
-            grand[k] = grand.get(k, 0) + totals.get(k, 0)
+        for k, name in (("outputs", "outputs written"), ("state_entries", "state entries"),
+                        ("dead_letters", "dead letters")):
+            grand[name] = grand.get(name, 0) + totals.get(k, 0)
         if stage + 1 < len(plan.stages):
             frame = _next_frame(result, plan)
     if plan.bootstrap:
@@ -306,6 +314,14 @@ def archive(spark: SparkSession, plan: ReplayPlan) -> int:
     return plan.records
 
 
+def _framework_reason(text: str) -> str | None:
+    """The message of the framework error that failed a Spark task, from Spark's report."""
+    import re
+
+    found = re.search(r"framework\.errors\.(\w+): (.+)", text)
+    return f"{found.group(2).strip()} ({found.group(1)} in a Spark task)" if found else None
+
+
 def main(argv: list[str]) -> int:
     plan = ReplayPlan.from_json(Path(argv[1]).read_text())
     mode = argv[2] if len(argv) > 2 else "replay"
@@ -320,6 +336,12 @@ def main(argv: list[str]) -> int:
             print(f"[replay] done: {summary(totals)}", flush=True)
     except FrameworkError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except Exception as exc:  # a Spark task failed for good: say why in one line when it was ours
+        reason = _framework_reason(str(exc))
+        if reason is None:
+            raise
+        print(f"error: {reason}", file=sys.stderr, flush=True)
         return 1
     finally:
         spark.stop()

@@ -139,6 +139,7 @@ class ReplayPlan:
     commit_every: int = 200_000
     allow_nondeterministic: bool = False
     changelogs: list[str] = field(default_factory=list)  # the service's, created anew by a bootstrap
+    definition: str = ""  # the pipeline as fw replay imported it: executors must import the same
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -174,6 +175,13 @@ def output_topics(pipeline: Pipeline) -> list[str]:
     """What a backfill writes: the sinks, the late topics and the dead-letter topic."""
     names = [t.name for t in pipeline.sink_topics()] + [pipeline.dead_letter.name]
     return list(dict.fromkeys(names))
+
+
+def definition_of(pipeline: Pipeline) -> str:
+    """What executors check the pipeline they import against: its name, steps and topics
+    (a pipeline that reads the environment can differ on a cluster's executors)."""
+    topics = sorted(pipeline.input_topics()) + sorted(t.name for t in pipeline.sink_topics())
+    return pipeline.describe() + "\n  topics " + ", ".join(topics)
 
 
 def summary(counts: Mapping[str, Any]) -> str:

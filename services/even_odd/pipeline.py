@@ -23,6 +23,7 @@ from __future__ import annotations
 from framework.pipeline import Pipeline, Topic
 from framework.serde import AvroSerde, StringSerde, load_schema
 
+
 def build_pipeline(suffix: str = "") -> Pipeline:
     """The even/odd pipeline; ``suffix`` is appended to the service and topic names."""
     p = Pipeline(f"even-odd{suffix}")

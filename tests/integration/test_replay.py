@@ -95,13 +95,15 @@ def test_a_replay_on_a_standalone_cluster_equals_the_live_run(kafka_bootstrap: s
                                                               services: list[ServiceProcess],
                                                               spark_cluster: str) -> None:
     """``fw replay --master spark://...``: the job, the framework, the service's package and
-    its Avro schemas reach executors that are not the driver's process."""
+    its Avro schemas reach executors that are not the driver's process (the test's topic
+    suffix, which the pipeline reads from the environment, with spark.executorEnv)."""
     case = Case("svc_sensors", sensors_service)
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
     live = results(kafka_bootstrap, pipeline)
 
-    log = replay(case, env, "--bootstrap", "--output", "topic", "--output-suffix", "-cluster", master=spark_cluster)
+    log = replay(case, env, "--bootstrap", "--output", "topic", "--output-suffix", "-cluster",
+                 "--conf", f"spark.executorEnv.FW_TEST_SUFFIX={unique}", master=spark_cluster)
     assert f"master: {spark_cluster}" in log
     assert_same(pipeline, live, results(kafka_bootstrap, pipeline, "-cluster"))
 

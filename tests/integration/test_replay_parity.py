@@ -143,6 +143,10 @@ def upgrade_v2(s: str) -> History:
     return {f"up-views-{s}": _json(views, 2, rng), f"up-clicks-{s}": _json(clicks, 2, rng)}
 
 
+def upgrade_v1(s: str) -> History:
+    return {t: rs for t, rs in upgrade_v2(s).items() if t.startswith("up-views-")}
+
+
 def chain(s: str) -> History:
     rng = random.Random(13)
     rows = [(f"user{i % 9}", {"user": f"user{i % 9}", "ts": ts}) for i, ts in enumerate(_timeline(500, 900, 13))]
@@ -163,7 +167,7 @@ CASES = [
     Case("even_odd", even_odd), Case("avro_numbers", avro_numbers),
     Case("two_drivers", two_drivers, {"FW_TEST_PARTITIONS": "3"}), Case("event_time_windows", event_time_windows),
     Case("fire_alarm", fire_alarm), Case("fast_and_slow", fast_and_slow), Case("word_counts", word_counts),
-    Case("upgrade_v2", upgrade_v2), Case("chain_upstream", chain),
+    Case("upgrade_v1", upgrade_v1), Case("upgrade_v2", upgrade_v2), Case("chain_upstream", chain),
     Case("chain_downstream", chain, upstream="chain_upstream"),
 ]
 

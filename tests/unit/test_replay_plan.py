@@ -1,0 +1,131 @@
+"""The replay's planning and its stage logic without Spark or a broker: stages per repartition
+hop, the contract check, the plan as JSON, range times, the order of merged sources, and
+the stages run in-process (``run_locally``) against the TestDriver on the same records."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from framework.engine.partitioner import partition_for
+from framework.engine.record import Record
+from framework.errors import PipelineError
+from framework.kafka.offsets import parse_time
+from framework.pipeline import Pipeline, Topic
+from framework.replay.plan import (ReplayPlan, check_contract, definition_of, input_stages, stage_topics,
+                                   store_stages)
+from framework.replay.stage import merge_sources, run_locally
+from framework.serde import AvroSerde, StringSerde, load_schema
+from framework.testing import TestDriver
+from framework import TumblingWindows
+from services.even_odd.pipeline import build_pipeline as even_odd
+
+
+def test_each_repartition_hop_is_a_stage() -> None:
+    p = even_odd("-x")
+    assert stage_topics(p) == [["numbers-x"], [p.repartition_topic("parity")]]
+    assert input_stages(p)[p.repartition_topic("parity")] == 1
+    assert store_stages(p) == {"counts": 0, "sums": 1}
+
+
+def test_the_contract_names_order_sensitive_steps_fed_by_several_partitions() -> None:
+    p = Pipeline("c")
+    src = p.source(Topic("in"), name="in")
+    src.count(name="per-key")                                                     # one partition feeds each key
+    src.key_by(lambda v: v["g"], name="by-g").count(name="rolling")               # several feed it
+    src.key_by(lambda v: v["g"], name="by-g2").window(TumblingWindows(1_000)).count(name="windowed")
+    issues = {i.step: i.reason for i in check_contract(p)}
+    assert list(issues) == ["rolling"]
+    assert "repartition topic" in issues["rolling"] and "interleaves" in issues["rolling"]
+
+
+def test_a_step_reading_topics_of_two_stages_is_refused_with_the_fix() -> None:
+    p = Pipeline("j")
+    a = p.source(Topic("a"), name="a")
+    b = p.source(Topic("b"), name="b").key_by(lambda v: v, name="by-v")
+    a.union(b, name="both").count(name="n")
+    with pytest.raises(PipelineError, match="re-key both inputs"):
+        store_stages(p)
+
+
+def test_a_plan_round_trips_through_json() -> None:
+    plan = ReplayPlan(target="m:p", service="s", run_id="r", bootstrap_servers="b:1", partitions=4,
+                      ranges={"t": {0: [0, 10], 3: [5, 7]}}, stages=[["t"]], output="topic", bootstrap=True,
+                      definition="pipeline s")
+    again = ReplayPlan.from_json(plan.to_json())
+    assert again == plan
+    assert again.ranges["t"][3] == [5, 7]
+
+
+def test_the_definition_differs_when_the_environment_changed_the_topics() -> None:
+    assert definition_of(even_odd("-a")) == definition_of(even_odd("-a"))
+    assert definition_of(even_odd("-a")) != definition_of(even_odd("-b"))
+
+
+@pytest.mark.parametrize("spec, ms", [
+    ("1700000000000", 1_700_000_000_000),
+    ("2026-11-01", 1_793_491_200_000),
+    ("2026-11-01T00:00:00Z", 1_793_491_200_000),
+    ("2026-11-01T01:00:00+01:00", 1_793_491_200_000),
+    ("committed", None), ("t:0:5", None),
+])
+def test_range_times(spec: str, ms: int | None) -> None:
+    assert parse_time(spec) == ms
+
+
+def test_merged_sources_keep_each_topics_order_and_advance_together() -> None:
+    a = [Record("a", 0, i, None, b"", ts) for i, ts in enumerate([10, 5, 30, 31])]
+    b = [Record("b", 0, i, None, b"", ts) for i, ts in enumerate([20, 21, 1, 40])]
+    merged = [(r.topic(), r.offset()) for r in merge_sources({"b": b, "a": a})]
+    assert [o for t, o in merged if t == "a"] == [0, 1, 2, 3]
+    assert [o for t, o in merged if t == "b"] == [0, 1, 2, 3]
+    # by the largest timestamp seen so far in each topic: a@0,a@1 (10), b@0 (20), b@1, b@2 (21), a@2 (30) ...
+    assert merged == [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("b", 2), ("a", 2), ("a", 3), ("b", 3)]
+
+
+def test_the_stages_in_process_give_the_test_drivers_results() -> None:
+    """The same records through ``run_locally`` (the Spark job's stage logic, no Spark) and
+    through the TestDriver: each key's counts in the same order (one partition feeds them);
+    the sums, fed by several upstream partitions, as many outputs and the same last sum per
+    parity (the contract: their intermediate values depend on the interleaving)."""
+    partitions, p = 3, even_odd("-t")
+    serde, keys = AvroSerde(load_schema("demo.Number")), StringSerde()
+    rng = random.Random(3)
+    rows = [(f"k{rng.randrange(7)}", rng.randrange(-50, 50)) for _ in range(300)]
+
+    driver = TestDriver(p, partitions=partitions)
+    sources: dict[tuple[str, int], list[Record]] = {}
+    for i, (k, n) in enumerate(rows):
+        driver.pipe("numbers-t", {"n": n}, key=k, timestamp=1_000 + i)
+        kb = keys.bind("numbers-t", True).serialize(k)
+        part = partition_for(kb, partitions)
+        mine = sources.setdefault(("numbers-t", part), [])
+        mine.append(Record("numbers-t", part, len(mine), kb, serde.bind("numbers-t", False).serialize({"n": n}),
+                           1_000 + i))
+    plan = ReplayPlan(target="", service=p.name, run_id="u", bootstrap_servers="", partitions=partitions,
+                      ranges={"numbers-t": {q: [0, len(sources.get(("numbers-t", q), []))] for q in range(partitions)}},
+                      stages=stage_topics(p), output="parquet:/unused")
+    out = run_locally(p, plan, sources)["out"]
+
+    sinks = {t.name: t for t in p.sink_topics()}
+
+    def replayed(topic: str) -> dict[object, list[object]]:
+        kd = sinks[topic].key_serde.bind(topic, True).deserialize
+        vd = sinks[topic].value_serde.bind(topic, False).deserialize
+        got: dict[object, list[object]] = {}
+        for r in out:
+            if r.topic == topic:
+                got.setdefault(kd(r.key), []).append(vd(r.value))
+        return got
+
+    def live(topic: str) -> dict[object, list[object]]:
+        got: dict[object, list[object]] = {}
+        for r in driver.output(topic):
+            got.setdefault(r.key, []).append(r.value)
+        return got
+
+    assert replayed("number-counts-t") == live("number-counts-t")
+    sums_live, sums_replay = live("even-odd-sums-t"), replayed("even-odd-sums-t")
+    assert {k: len(v) for k, v in sums_replay.items()} == {k: len(v) for k, v in sums_live.items()}
+    assert {k: v[-1] for k, v in sums_replay.items()} == {k: v[-1] for k, v in sums_live.items()}
