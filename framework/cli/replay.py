@@ -66,11 +66,13 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
                    "of the range: the live service continues from there.")
 @click.option("--commit-every", default=200_000, show_default=True,
               help="Backfill and bootstrap: commit each task's writes after this many records.")
+@click.option("--batch-size", default=5_000, show_default=True,
+              help="Records a task processes between looks at its outputs (and commits).")
 @click.option("--allow-nondeterministic", is_flag=True,
               help="Replay a pipeline with steps whose results replay cannot reproduce (docs/replay.md).")
 @_spark_options
 def replay(target: str, start: str, end: str, archive: str | None, output: str, output_suffix: str, bootstrap: bool,
-           commit_every: int, allow_nondeterministic: bool, master: str, confs: tuple[str, ...], dry_run: bool,
+           commit_every: int, batch_size: int, allow_nondeterministic: bool, master: str, confs: tuple[str, ...], dry_run: bool,
            config_file: str | None) -> None:
     """Run the pipeline TARGET (module:pipeline) over history on Spark, as the live service
     would: backfill its outputs, and/or bootstrap its state for the live service."""
@@ -100,7 +102,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=partitions, ranges=ranges,
                       stages=stage_topics(pipeline), output=output, output_suffix=output_suffix, bootstrap=bootstrap,
                       archive=str(Path(archive).resolve()) if archive else None,
-                      allow_nondeterministic=allow_nondeterministic, commit_every=commit_every,
+                      allow_nondeterministic=allow_nondeterministic, commit_every=commit_every, batch_size=batch_size,
                       changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()],
                       definition=definition_of(pipeline))
     _run(plan, target, "replay", master, confs, dry_run)

@@ -71,8 +71,10 @@ def connector_jars() -> list[Path]:
 
 
 def package(target: str, into: Path, root: Path | None = None) -> Path:
-    """``deps.zip`` for ``--py-files``: the framework, the top-level package of ``target``'s
-    module and ``schemas/`` (found beside that package), as the executors import them."""
+    """``deps.zip`` for ``--py-files``: the framework, every top-level package (or module) of
+    the project that importing ``target`` loaded (the pipeline's own package and what it
+    imports beside it, e.g. ``tests`` importing ``services``), and ``schemas/`` (found beside
+    the pipeline's package), as the executors import them."""
     import framework
 
     root = root or Path.cwd()
@@ -82,12 +84,13 @@ def package(target: str, into: Path, root: Path | None = None) -> Path:
     spec = importlib.util.find_spec(top)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         _add_tree(z, Path(framework.__file__).parent, "framework")
-        if spec is not None and spec.origin is not None and top != "framework":
-            origin = Path(spec.origin)
+        for name, origin in sorted(_project_modules(top).items()):
             if origin.name == "__init__.py":
-                _add_tree(z, origin.parent, top)
+                _add_tree(z, origin.parent, name)
             else:
                 z.write(origin, origin.name)
+        if spec is not None and spec.origin is not None and top != "framework":
+            origin = Path(spec.origin)
             schemas = (origin.parent.parent if origin.name == "__init__.py" else origin.parent) / "schemas"
         else:
             schemas = root / "schemas"
@@ -96,6 +99,25 @@ def package(target: str, into: Path, root: Path | None = None) -> Path:
             for f in sorted(schemas.rglob("*.avsc")):
                 z.write(f, f"schemas/{f.relative_to(schemas).as_posix()}")
     return out
+
+
+def _project_modules(top: str) -> dict[str, Path]:
+    """The loaded top-level packages and modules that live beside ``top`` (not installed
+    libraries, not the framework): name -> its ``__init__.py`` or module file."""
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None or top == "framework":
+        return {}
+    origin = Path(spec.origin).resolve()
+    base = origin.parent.parent if origin.name == "__init__.py" else origin.parent
+    found = {top: origin}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if "." in name or name in found or name == "framework" or not file:
+            continue
+        path = Path(file).resolve()
+        if path.name == "__init__.py" and path.parent.parent == base or path.parent == base and path.suffix == ".py":
+            found[name] = path
+    return found
 
 
 def _add_tree(z: zipfile.ZipFile, directory: Path, name: str) -> None:

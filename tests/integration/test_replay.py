@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from framework.broker.local import free_port_pair
 from framework.kafka.groups import active_members
 from framework.replay.submit import spark_home
-from tests.integration.harness import ServiceProcess, produce_to_partitions, wait_until
+from tests.integration.harness import ServiceProcess, produce_to_partitions, read_topic, wait_until
 from tests.integration.replay_harness import Results, assert_same, fw_replay, output_ends, results
 from tests.integration.test_replay_parity import (Case, avro_numbers, even_odd, event_time_windows, prepare,
                                                   replay, run_live, sensors_service)
@@ -31,17 +32,21 @@ def test_a_retried_task_writes_nothing_twice(kafka_bootstrap: str, unique: str, 
                                              monkeypatch: pytest.MonkeyPatch,
                                              services: list[ServiceProcess]) -> None:
     """The first attempt of a task of each stage fails after it has committed some of its
-    outputs and left others in an open transaction; Spark runs the task again (local[2,4]:
-    four attempts). A read_committed consumer sees each output once: the live run's."""
+    outputs (a commit every 10 records, batches of 5) and left others in an open transaction;
+    Spark runs the task again (local[2,4]: up to four attempts). A read_committed consumer
+    sees each output once: the live run's."""
     case = Case("even_odd", even_odd)
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
     live = results(kafka_bootstrap, pipeline)
 
-    log = replay(case, {**env, "FW_REPLAY_FAULT": "0:1:25,1:2:7"}, "--output", "topic", "--output-suffix",
-                 "-retried", "--commit-every", "10", master="local[2,4]")
-    assert "fault injected into stage 0 task 1 after 25 outputs" in log
-    assert "fault injected into stage 1 task 2 after 7 outputs" in log
+    # the task of stage 1 that sums both parities: the partition of the repartition topic they went to live
+    summing = {r.partition for r in read_topic(kafka_bootstrap, pipeline.repartition_topic("parity"))}
+    assert len(summing) == 1
+    log = replay(case, {**env, "FW_REPLAY_FAULT": f"0:1:25,1:{summing.pop()}:7"}, "--output", "topic",
+                 "--output-suffix", "-retried", "--batch-size", "5", "--commit-every", "10", master="local[2,4]")
+    assert re.search(r"InjectedFault: fault injected into stage 0 task 1 after \d+ outputs", log)
+    assert re.search(r"InjectedFault: fault injected into stage 1 task \d after \d+ outputs", log)
     replayed = results(kafka_bootstrap, pipeline, "-retried")
     assert_same(pipeline, live, Results(replayed.outputs, live.state))
 
@@ -50,7 +55,8 @@ def test_a_retried_task_writes_nothing_twice(kafka_bootstrap: str, unique: str, 
 def spark_cluster(tmp_path: Path) -> Iterator[str]:
     """A Spark standalone cluster from the installed pyspark: a master and two workers (one
     core each) on loopback; yields its master URL once both workers have registered."""
-    port, ui = free_port_pair()
+    port = free_port_pair(39700)  # the master's port, its web UI on the next
+    ui = port + 1
     home = spark_home()
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1", "PYSPARK_PYTHON": sys.executable}
     if not env.get("JAVA_HOME"):
@@ -126,8 +132,21 @@ def test_an_archive_replays_like_its_topic(kafka_bootstrap: str, unique: str, tm
     assert_same(pipeline, live, results(kafka_bootstrap, pipeline, "-archive"))
 
 
+def _renamed(value: object, mine: str, theirs: str) -> object:
+    """``value`` with the topic names of one suffix written with the other's."""
+    if isinstance(value, str):
+        return value.replace(mine, theirs)
+    if isinstance(value, dict):
+        return {_renamed(k, mine, theirs): _renamed(v, mine, theirs) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_renamed(v, mine, theirs) for v in value)
+    return value
+
+
 def _suffixed(res: Results, mine: str, theirs: str) -> Results:
-    return Results({t.replace(mine, theirs): rs for t, rs in res.outputs.items()}, res.state)
+    return Results({t.replace(mine, theirs): rs for t, rs in res.outputs.items()},
+                   {store: {k: _renamed(v, mine, theirs) for k, v in entries.items()}
+                    for store, entries in res.state.items()})
 
 
 def test_a_bootstrap_hands_over_to_the_live_service_exactly(kafka_bootstrap: str, unique: str, tmp_path: Path,
@@ -186,26 +205,29 @@ def test_a_wrong_range_or_a_missing_tool_is_refused_in_one_line(kafka_bootstrap:
     target = f"tests.integration.pipelines:{case.target}"
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     topic = f"numbers-{unique}"
-    deleted = AdminClient({"bootstrap.servers": kafka_bootstrap}).delete_records([TopicPartition(topic, 0, 5)])
-    for future in deleted.values():
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # kept: its futures need it alive
+    for future in admin.delete_records([TopicPartition(topic, 0, 5)]).values():
         future.result(30)
 
-    _refused(["replay", target, "--from", f"{topic}:0:2"], env, f"{topic}[0]", "5", "--from")
-    _refused(["replay", target, "--to", f"{topic}:1:100000"], env, f"{topic}[1]", "--to")
+    _refused(["replay", target, "--from", f"{topic}:0:2", "--allow-nondeterministic"], env, f"{topic}[0]", "5",
+             "--from")
+    _refused(["replay", target, "--to", f"{topic}:1:100000", "--allow-nondeterministic"], env, f"{topic}[1]", "--to")
     _refused(["archive", f"nothing-here-{unique}", "--path", str(tmp_path / "a")], env, f"nothing-here-{unique}")
 
     svc = ServiceProcess(target, tmp_path, "0", env).start()
     services.append(svc)
     wait_until(lambda: bool(active_members({"bootstrap.servers": kafka_bootstrap}, pipeline.name)), 60,
                "the service joined its group", svc.log_text)
-    _refused(["replay", target, "--bootstrap", "--dry-run"], env, "active member", "stop")
+    _refused(["replay", target, "--bootstrap", "--dry-run", "--allow-nondeterministic"], env, "active member", "stop")
     assert svc.stop() == 0
 
     monkeypatch.setenv("FW_TEST_SUFFIX", f"{unique}-gone")
-    _refused(["replay", target], {**env, "FW_TEST_SUFFIX": f"{unique}-gone"}, f"numbers-{unique}-gone")
+    _refused(["replay", target, "--allow-nondeterministic"], {**env, "FW_TEST_SUFFIX": f"{unique}-gone"},
+             f"numbers-{unique}-gone")
 
     empty = tmp_path / "bin"
     empty.mkdir()
     no_tools = {**env, "PATH": str(empty), "JAVA_HOME": ""}
-    _refused(["replay", target, "--dry-run"], {**no_tools, "FW_HOME": str(tmp_path / "cache")}, "Maven", "install")
-    _refused(["replay", target], no_tools, "Java", "install")
+    _refused(["replay", target, "--dry-run", "--allow-nondeterministic"], {**no_tools, "FW_HOME": str(tmp_path / "c")},
+             "Maven", "install")
+    _refused(["replay", target, "--allow-nondeterministic"], no_tools, "Java", "install")

@@ -39,12 +39,13 @@ def _json(rows: list[tuple[str, dict]], partitions: int, rng: random.Random) -> 
     return out
 
 
-def _timeline(n: int, bound: int, seed: int, start: int = 1_700_000_000_000) -> list[int]:
-    """``n`` event times about 25 ms apart, each up to ``bound`` behind the latest before it."""
+def _timeline(n: int, bound: int, seed: int, start: int = 1_700_000_000_000, step: int = 50) -> list[int]:
+    """``n`` event times about ``step / 2`` ms apart, each up to ``bound`` behind the latest
+    before it."""
     rng = random.Random(seed)
     now, out = start, []
     for _ in range(n):
-        now += rng.randint(0, 50)
+        now += rng.randint(0, step)
         out.append(now - rng.randint(0, bound))
     return out
 
@@ -149,7 +150,9 @@ def upgrade_v1(s: str) -> History:
 
 def chain(s: str) -> History:
     rng = random.Random(13)
-    rows = [(f"user{i % 9}", {"user": f"user{i % 9}", "ts": ts}) for i, ts in enumerate(_timeline(500, 900, 13))]
+    # about 4 minutes of event time: the downstream's one-minute windows close
+    rows = [(f"user{i % 9}", {"user": f"user{i % 9}", "ts": ts})
+            for i, ts in enumerate(_timeline(500, 900, 13, step=1_000))]
     return {f"ch-in-{s}": _json(rows, 2, rng)}
 
 
