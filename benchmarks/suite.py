@@ -826,6 +826,7 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
         # the job alone: from the Spark session being up to its final line (0.2 s resolution)
         res["job_cpu_s"] = round(marks["done"][1] - marks["session"][1], 2)
         res["job_cpu_s_per_million"] = round(res["job_cpu_s"] / total * 1e6, 2)
+        res["job_cores_busy"] = round(res["job_cpu_s"] / max(0.1, marks["done"][0] - marks["session"][0]), 2)
     if profile:
         res["profile"] = summarize_profile(prof_file)
         res["profile_file"] = str(prof_file)

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from framework.broker.local import free_port_pair
 from framework.kafka.groups import active_members
-from framework.replay.submit import spark_home
+from framework.replay.submit import connector_jars, spark_home
 from tests.integration.harness import ServiceProcess, produce_to_partitions, read_topic, wait_until
 from tests.integration.replay_harness import Results, assert_same, fw_replay, output_ends, results
 from tests.integration.test_replay_parity import (Case, avro_numbers, even_odd, event_time_windows, prepare,
@@ -230,4 +230,5 @@ def test_a_wrong_range_or_a_missing_tool_is_refused_in_one_line(kafka_bootstrap:
     no_tools = {**env, "PATH": str(empty), "JAVA_HOME": ""}
     _refused(["replay", target, "--dry-run", "--allow-nondeterministic"], {**no_tools, "FW_HOME": str(tmp_path / "c")},
              "Maven", "install")
+    connector_jars()  # resolved (with the machine's Maven) into the usual cache: what is missing is Java
     _refused(["replay", target, "--allow-nondeterministic"], no_tools, "Java", "install")
