@@ -72,8 +72,8 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
               help="Replay a pipeline with steps whose results replay cannot reproduce (docs/replay.md).")
 @_spark_options
 def replay(target: str, start: str, end: str, archive: str | None, output: str, output_suffix: str, bootstrap: bool,
-           commit_every: int, batch_size: int, allow_nondeterministic: bool, master: str, confs: tuple[str, ...], dry_run: bool,
-           config_file: str | None) -> None:
+           commit_every: int, batch_size: int, allow_nondeterministic: bool, master: str, confs: tuple[str, ...],
+           dry_run: bool, config_file: str | None) -> None:
     """Run the pipeline TARGET (module:pipeline) over history on Spark, as the live service
     would: backfill its outputs, and/or bootstrap its state for the live service."""
     pipeline = load_pipeline(target)

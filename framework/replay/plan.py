@@ -52,8 +52,9 @@ def store_stages(pipeline: Pipeline) -> dict[str, int]:
     for step in pipeline.stateful_steps():
         fed = {stages[t] for t in pipeline.step_inputs(step.name)}
         if len(fed) > 1:
+            inputs = sorted(pipeline.step_inputs(step.name))
             raise PipelineError(
-                f"step {step.name!r} reads topics of several replay stages ({sorted(pipeline.step_inputs(step.name))}): "
+                f"step {step.name!r} reads topics of several replay stages ({inputs}): "
                 "a replay processes each repartition hop after the one before it, so it cannot replay this pipeline. "
                 "Fix: re-key both inputs of the step (key_by) so they cross the same number of repartition topics")
         out[step.name] = fed.pop()
