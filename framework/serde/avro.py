@@ -39,6 +39,16 @@ _ENV_SCHEMAS_DIR = "FW_SCHEMAS_DIR"
 _CHECKOUT_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
+def _read_all(buf: BytesIO, size: int, *schemas: Any) -> Any:
+    """One Avro datum that must take every byte: bytes left over mean the record was written
+    with another schema or is not Avro (decoding a prefix would invent a record)."""
+    value = fastavro.schemaless_reader(buf, *schemas)
+    if buf.tell() != size:
+        raise ValueError(f"{size - buf.tell()} of {size} bytes are left after the Avro record: it was written "
+                         "with another schema, or is not Avro")
+    return value
+
+
 class AvroSerde:
     """Avro records <-> bytes, with one reader/writer schema parsed at construction.
 
@@ -50,8 +60,9 @@ class AvroSerde:
     ``subject`` if given, else ``<topic>-key`` / ``<topic>-value`` from ``bind``.
 
     Errors: a record that does not match the schema raises fastavro's ``TypeError`` /
-    ``ValueError``; bytes not in the wire format raise ``ValueError``; truncated bytes
-    raise ``EOFError``; registry failures raise ``SchemaRegistryError``.
+    ``ValueError``; bytes not in the wire format, and bytes left over after the datum,
+    raise ``ValueError``; truncated bytes raise ``EOFError``; registry failures raise
+    ``SchemaRegistryError``.
     """
 
     __slots__ = ("schema", "_parsed", "_registry", "_subject", "_explicit", "_header", "_writers")
@@ -98,7 +109,7 @@ class AvroSerde:
 
     def deserialize(self, data: bytes) -> Any:
         if self._registry is None:
-            return fastavro.schemaless_reader(BytesIO(data), self._parsed)
+            return _read_all(BytesIO(data), len(data), self._parsed)
         if len(data) < _HEADER_SIZE:
             raise ValueError(
                 f"not in the Confluent wire format: {len(data)} bytes is shorter than the "
@@ -116,8 +127,8 @@ class AvroSerde:
         if writer is _MISSING:
             writer = self._writer_schema(schema_id)
         if writer is None:
-            return fastavro.schemaless_reader(buf, self._parsed)
-        return fastavro.schemaless_reader(buf, writer, self._parsed)
+            return _read_all(buf, len(data), self._parsed)
+        return _read_all(buf, len(data), writer, self._parsed)
 
     def bind(self, topic: str, is_key: bool) -> AvroSerde:
         """This serde for ``topic``: with a registry and no explicit subject, a copy whose

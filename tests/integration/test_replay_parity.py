@@ -51,11 +51,10 @@ def _timeline(n: int, bound: int, seed: int, start: int = 1_700_000_000_000, ste
 
 
 def even_odd_service(s: str) -> History:
-    rng = random.Random(1)
     serde = AvroSerde(load_schema("demo.Number"))
     rows = [(str(n % 10), n) for n in range(1, 401)]
     out = [(partition_for(k.encode(), 4), k.encode(), serde.serialize({"n": n})) for k, n in rows]
-    out[50:50] = [(1, b"3", rng.choice(POISON))]
+    out[50:50] = [(partition_for(b"3", 4), b"3", POISON[0])]
     return {f"numbers-{s}": out}
 
 
@@ -75,7 +74,7 @@ def sensors_service(s: str) -> History:
         sensor = f"s{i % 6}"
         value = serde.serialize({"id": sensor, "timestamp": ts, "temperature": 20 + rng.random() * 15})
         out.append((partition_for(sensor.encode(), 4), sensor.encode(), value))
-    out[100:100] = [(2, b"s1", rng.choice(POISON))]
+    out[100:100] = [(partition_for(b"s1", 4), b"s1", POISON[0])]
     return {f"readings-{s}": out}
 
 
@@ -98,7 +97,7 @@ def avro_numbers(s: str) -> History:
     serde = AvroSerde(load_schema("demo.Number"))
     out = [(partition_for(str(i % 9).encode(), 4), str(i % 9).encode(), serde.serialize({"n": i * 7}))
            for i in range(300)]
-    out[33:33] = [(0, b"x", b"\xff\xff\xff")]
+    out[33:33] = [(partition_for(b"x", 4), b"x", b"\xff\xff\xff")]
     return {f"avro-numbers-{s}": out}
 
 

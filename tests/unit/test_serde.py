@@ -119,6 +119,17 @@ def test_avro_accepts_a_schema_dict_and_rejects_bad_records() -> None:
         serde.serialize({})
 
 
+def test_avro_bytes_left_after_the_record_are_an_error_not_a_record() -> None:
+    """A prefix of garbage can be a valid datum (a number is one varint): decoding must take
+    every byte, or a poison record would pass as data."""
+    serde = AvroSerde(load_schema("number"))
+    good = serde.serialize({"n": 7})
+    with pytest.raises(ValueError, match="3 of 4 bytes are left after the Avro record"):
+        serde.deserialize(good + b"abc")
+    with pytest.raises(ValueError, match="left after the Avro record"):
+        serde.deserialize(b"{\"truncated\":")
+
+
 def test_avro_invalid_schema_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="invalid Avro schema"):
         AvroSerde({"type": "record", "name": "X", "fields": [{"name": "a", "type": "lnog"}]})
