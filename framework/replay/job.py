@@ -93,9 +93,36 @@ def _kafka_settings(plan: ReplayPlan) -> dict[str, Any]:
     return {"bootstrap.servers": plan.bootstrap_servers, **security}
 
 
-def _items(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Record | Carry]]:
+class _Reporter:
+    """A task's records read so far, sent to the driver's progress listener at most once a
+    second (UDP: a lost report costs nothing but a stale progress line)."""
+
+    def __init__(self, address: tuple[str, int] | None, stage: int) -> None:
+        import socket
+
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        self.address, self.read, self.last = address, 0, 0.0
+        self.id = f"{stage}:{context.partitionId() if context else 0}:{context.attemptNumber() if context else 0}"
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM) if address else None
+
+    def add(self, n: int) -> None:
+        self.read += n
+        now = time.monotonic()
+        if self.sock is not None and now - self.last >= 1.0:
+            self.last = now
+            try:
+                self.sock.sendto(f"{self.id} {self.read}".encode(), self.address)
+            except OSError:
+                pass
+
+
+def _items(batches: Iterator[pa.RecordBatch], report: _Reporter | None = None) -> Iterator[tuple[int, Record | Carry]]:
     offset = itertools.count()
     for b in batches:
+        if report is not None:
+            report.add(b.num_rows)
         cols = b.to_pydict()
         for kind, pid, topic, off, key, value, ts, headers in zip(
                 cols["kind"], cols["pid"], cols["topic"], cols["offset"], cols["key"], cols["value"], cols["ts"],
@@ -113,12 +140,14 @@ def _batch(rows: list[Row]) -> pa.RecordBatch:
                                       schema=ARROW_SCHEMA)
 
 
-def stage_function(plan_json: str, stage: int) -> Any:
-    """The ``mapInArrow`` function of ``stage``: its input is sorted by partition number."""
+def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None = None) -> Any:
+    """The ``mapInArrow`` function of ``stage``: its input is sorted by partition number.
+    ``progress``: where the driver listens for the tasks' record counts (UDP)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plan, pipeline = _setup(plan_json)
-        for pid, group in itertools.groupby(_items(batches), key=lambda item: item[0]):
+        report = _Reporter(progress, stage)
+        for pid, group in itertools.groupby(_items(batches, report), key=lambda item: item[0]):
             task = StageTask(pipeline, plan, stage, pid, _writer(plan, stage, pid), plan.output.startswith("parquet"),
                              _injected_fault(stage, pid))
             try:
@@ -199,41 +228,51 @@ def _next_frame(result: DataFrame, plan: ReplayPlan) -> DataFrame:
 
 
 class _Progress(threading.Thread):
-    """A line every few seconds while a stage runs: the records its Spark tasks have read so
-    far (Kafka or shuffle input, from Spark's monitoring API, which executors' heartbeats
-    update) and the rate; the Spark tasks done and running when the API does not answer."""
+    """A line every few seconds while a stage runs: the records its tasks have read so far
+    (each task reports its count over UDP, ``_Reporter``) and the rate, and its Spark tasks
+    done."""
 
     def __init__(self, spark: SparkSession, label: str, every_s: float = 5.0) -> None:
+        import socket
+
         super().__init__(daemon=True)
         self.tracker, self.label, self.done = spark.sparkContext.statusTracker(), label, threading.Event()
         self.every_s, self.started = every_s, time.monotonic()
-        ui, app = spark.sparkContext.uiWebUrl, spark.sparkContext.applicationId
-        self.api = f"{ui}/api/v1/applications/{app}/stages?status=active" if ui else None
+        host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("0.0.0.0", 0))
+        self.sock.settimeout(0.5)
+        self.address = (host, self.sock.getsockname()[1])
+        self.counts: dict[str, int] = {}  # "stage:spark-partition:attempt" -> records read
 
-    def records(self) -> int | None:
-        if self.api is None:
-            return None
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(self.api, timeout=2) as answer:
-                stages = json.load(answer)
-        except (OSError, ValueError):
-            return None
-        return sum(int(s.get("inputRecords", 0)) + int(s.get("shuffleReadRecords", 0)) for s in stages)
+    def records(self) -> int:
+        latest: dict[str, int] = {}
+        for task, n in self.counts.items():  # a retried task: its latest attempt's count
+            key, attempt = task.rsplit(":", 1)
+            best = latest.get(key)
+            if best is None or int(attempt) >= best:
+                latest[key] = int(attempt)
+        return sum(self.counts[f"{k}:{a}"] for k, a in latest.items())
 
     def run(self) -> None:
-        while not self.done.wait(self.every_s):
-            seconds = time.monotonic() - self.started
-            n = self.records()
-            tasks = [self.tracker.getStageInfo(sid) for sid in self.tracker.getActiveStageIds()]
-            done = sum(t.numCompletedTasks for t in tasks if t is not None)
-            total = sum(t.numTasks for t in tasks if t is not None)
-            if n is not None:
+        last_line = time.monotonic()
+        while not self.done.is_set():
+            try:
+                data, _ = self.sock.recvfrom(256)
+                task, n = data.decode().split()
+                self.counts[task] = max(self.counts.get(task, 0), int(n))
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() - last_line >= self.every_s:
+                last_line = time.monotonic()
+                seconds = last_line - self.started
+                n = self.records()
+                tasks = [self.tracker.getStageInfo(sid) for sid in self.tracker.getActiveStageIds()]
+                done = sum(t.numCompletedTasks for t in tasks if t is not None)
+                total = sum(t.numTasks for t in tasks if t is not None)
                 print(f"[replay] {self.label}: {n:,} records read, {int(n / seconds):,} records/s, "
-                      f"tasks {done}/{total} done, {seconds:.0f} s", flush=True)
-            else:
-                print(f"[replay] {self.label}: tasks {done}/{total} done, {seconds:.0f} s", flush=True)
+                      f"Spark tasks {done}/{total} done, {seconds:.0f} s", flush=True)
+        self.sock.close()
 
 
 def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFrame) -> tuple[DataFrame, dict[str, Any]]:
@@ -241,7 +280,7 @@ def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFram
     progress = _Progress(spark, f"stage {stage}")
     progress.start()
     try:
-        result = frame.mapInArrow(stage_function(plan.to_json(), stage), SPARK_SCHEMA)
+        result = frame.mapInArrow(stage_function(plan.to_json(), stage, progress.address), SPARK_SCHEMA)
         result = result.persist(StorageLevel.DISK_ONLY)
         stats = [json.loads(r.text) for r in result.where(F.col("kind") == "stats").select("text").collect()]
     finally:

@@ -130,9 +130,7 @@ def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs
             mode: str = "replay") -> list[str]:
     cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--name", name,
            "--conf", "spark.log.level=WARN", "--conf", f"spark.pyspark.python={sys.executable}",
-           "--conf", "spark.ui.showConsoleProgress=false",
-           # task metrics (records read, for the progress lines) reach the driver with heartbeats
-           "--conf", "spark.executor.heartbeatInterval=3s"]
+           "--conf", "spark.ui.showConsoleProgress=false"]
     for conf in confs:
         cmd += ["--conf", conf]
     cmd += ["--jars", ",".join(str(j) for j in jars), "--py-files", str(deps), str(JOB), str(plan_path), mode]
