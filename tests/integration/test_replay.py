@@ -174,6 +174,7 @@ def test_a_bootstrap_hands_over_to_the_live_service_exactly(kafka_bootstrap: str
     assert "state_entries" in log
     _produce(case, kafka_bootstrap, f"{unique}t", h2)
     run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)  # the same state directory
+    assert "deleting it and rebuilding it from" in (tmp_path / "service-0.log").read_text()
     handed_over = _suffixed(results(kafka_bootstrap, pipeline, since=since), f"{unique}t", f"{unique}r")
     assert_same(reference, expected, handed_over)
 
