@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from framework.errors import KafkaClientError
+from framework.kafka.io import delete_topics
 
 TP = tuple[str, int]
 
@@ -76,16 +77,8 @@ def recreate_topics(settings: Mapping[str, Any], topics: Mapping[str, tuple[int,
     gets a new topic id, so any local state that reflected the old ones is stale."""
     if not topics:
         return
+    delete_topics(settings["bootstrap.servers"], topics, extra=settings, timeout_s=timeout_s)  # missing: ignored
     admin = AdminClient(dict(settings))
-    existing = admin.list_topics(timeout=timeout_s).topics
-    doomed = [t for t in topics if t in existing]
-    if doomed:
-        for name, future in admin.delete_topics(doomed, operation_timeout=timeout_s).items():
-            try:
-                future.result()
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise KafkaClientError(f"cannot delete topic {name!r}: {exc}") from exc
     deadline = time.monotonic() + timeout_s
     pending = dict(topics)
     while pending:

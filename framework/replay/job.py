@@ -196,18 +196,24 @@ def _writer(plan: ReplayPlan, stage: int, pid: int) -> Any:
 # -- the driver ----------------------------------------------------------------------------
 
 
+def _kafka_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
+    """The plan's source ranges from Spark's Kafka batch source: committed records only,
+    headers included, one Spark partition per Kafka partition."""
+    starts = {t: {str(p): r[0] for p, r in parts.items()} for t, parts in plan.ranges.items()}
+    ends = {t: {str(p): r[1] for p, r in parts.items()} for t, parts in plan.ranges.items()}
+    return (spark.read.format("kafka").option("kafka.bootstrap.servers", plan.bootstrap_servers)
+            .option("assign", json.dumps({t: sorted(parts) for t, parts in plan.ranges.items()}))
+            .option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
+            .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())
+
+
 def _source_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
     """Stage 0's input, sorted by task and, within it, in an order live processing could read."""
     topics = sorted(plan.ranges)
     if plan.archive:
         df = spark.read.parquet(plan.archive)
     else:
-        starts = {t: {str(p): r[0] for p, r in parts.items()} for t, parts in plan.ranges.items()}
-        ends = {t: {str(p): r[1] for p, r in parts.items()} for t, parts in plan.ranges.items()}
-        df = (spark.read.format("kafka").option("kafka.bootstrap.servers", plan.bootstrap_servers)
-              .option("assign", json.dumps({t: sorted(parts) for t, parts in plan.ranges.items()}))
-              .option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
-              .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())
+        df = _kafka_frame(spark, plan)
     df = df.select(F.lit("rec").alias("kind"), F.col("partition").cast("long").alias("pid"), "topic",
                    F.col("offset").cast("long").alias("offset"), "key", "value",
                    F.unix_millis("timestamp").alias("ts"), "headers")
@@ -341,13 +347,7 @@ def _archive_ranges(spark: SparkSession, plan: ReplayPlan) -> None:
 
 def archive(spark: SparkSession, plan: ReplayPlan) -> int:
     """``fw archive``: the source ranges as Parquet with Kafka's columns."""
-    starts = {t: {str(p): r[0] for p, r in parts.items()} for t, parts in plan.ranges.items()}
-    ends = {t: {str(p): r[1] for p, r in parts.items()} for t, parts in plan.ranges.items()}
-    df = (spark.read.format("kafka").option("kafka.bootstrap.servers", plan.bootstrap_servers)
-          .option("assign", json.dumps({t: sorted(parts) for t, parts in plan.ranges.items()}))
-          .option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
-          .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())
-    df = df.select("topic", "partition", "offset", "key", "value", "timestamp", "headers")
+    df = _kafka_frame(spark, plan).select("topic", "partition", "offset", "key", "value", "timestamp", "headers")
     path = plan.output.removeprefix("parquet:")
     df.write.mode("errorifexists").parquet(path)
     return plan.records

@@ -6,11 +6,8 @@ wrong range or a missing tool is refused in one line."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from framework.broker.local import free_port_pair
 from framework.kafka.groups import active_members
-from framework.replay.submit import connector_jars, spark_home
+from framework.replay.submit import connector_jars, environment, spark_home
 from tests.integration.harness import ServiceProcess, produce_to_partitions, read_topic, wait_until
 from tests.integration.replay_harness import Results, assert_same, fw_replay, output_ends, results
 from tests.integration.test_replay_parity import (Case, avro_numbers, even_odd, event_time_windows, prepare,
@@ -58,9 +55,7 @@ def spark_cluster(tmp_path: Path) -> Iterator[str]:
     port = free_port_pair(39700)  # the master's port, its web UI on the next
     ui = port + 1
     home = spark_home()
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1", "PYSPARK_PYTHON": sys.executable}
-    if not env.get("JAVA_HOME"):
-        env["JAVA_HOME"] = str(Path(os.path.realpath(shutil.which("java") or "java")).parent.parent)
+    env = {**environment(), "SPARK_NO_DAEMONIZE": "1"}  # fw replay's: pyspark's Spark, this Python, Java
     url = f"spark://127.0.0.1:{port}"
     procs = []
 
