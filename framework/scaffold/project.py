@@ -1,0 +1,87 @@
+"""``fw new project DIR``: a standalone project that depends on the framework as a package.
+
+It holds ``pyproject.toml`` (the framework as its one dependency), ``services/`` with one
+service made from the keyed template, ``schemas/``, ``tests/``, ``docker-compose.yml``, a
+``Dockerfile``, ``.gitignore``, ``README.md`` and ``scripts/`` (``bootstrap.sh``, ``test``,
+``demo``, ``ci``, ``vendor``). The framework is not published on a package index, so the
+dependency names where this framework came from (``framework_spec``).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+
+import framework
+from framework.errors import ConfigError
+from framework.scaffold.names import project_name, service_names
+from framework.scaffold.render import FileSet, render_tree
+from framework.scaffold.service import COMPOSE, Result, service_files
+
+DISTRIBUTION = "kstreamflow"
+DEFAULT_SERVICE = "spend"
+# Template names without their leading dot: package data globs skip dotfiles.
+_RENAMED = {"gitignore": ".gitignore"}
+_PACKAGES = ("tests/__init__.py", "tests/topology/__init__.py", "tests/integration/__init__.py")
+
+
+def framework_spec() -> str:
+    """The requirement that installs this framework where it came from.
+
+    From the installed distribution's PEP 610 ``direct_url.json``: a local directory or
+    archive gives ``kstreamflow @ file:///...``, a VCS checkout ``kstreamflow @
+    git+URL@commit``. Installed from an index (no ``direct_url.json``):
+    ``kstreamflow>=<version>``. Not installed at all (run from a checkout): that checkout.
+    """
+    try:
+        dist = metadata.distribution(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        checkout = Path(framework.__file__).resolve().parents[1]
+        if (checkout / "pyproject.toml").is_file():
+            return f"{DISTRIBUTION} @ {checkout.as_uri()}"
+        raise ConfigError(f"the {DISTRIBUTION} distribution is not installed; pass --framework "
+                          f"'{DISTRIBUTION} @ file:///path/to/checkout'") from None
+    text = dist.read_text("direct_url.json")
+    if text:
+        info = json.loads(text)
+        url = str(info.get("url", ""))
+        vcs = info.get("vcs_info")
+        if vcs and url:
+            commit = vcs.get("commit_id") or vcs.get("requested_revision")
+            return f"{DISTRIBUTION} @ {vcs['vcs']}+{url}" + (f"@{commit}" if commit else "")
+        if url:
+            return f"{DISTRIBUTION} @ {url}"
+    return f"{DISTRIBUTION}>={dist.version}"
+
+
+def new_project(directory: Path, *, service: str = DEFAULT_SERVICE, framework: str | None = None,
+                force: bool = False) -> Result:
+    """Create the project in ``directory`` (created if missing). An existing file with other
+    content is a conflict (``ConfigError``, nothing written) unless ``force``; running it
+    again changes nothing."""
+    root = directory.resolve()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{directory} exists and is not a directory; choose another path")
+    names = service_names(service)
+    spec = framework or framework_spec()
+    context = {"project": project_name(root.name), "framework_spec": spec, "package": names.package,
+               "service": names.service, "target": names.target}
+    files = FileSet(root)
+    for rel, text in render_tree("project", context).items():
+        rel = _RENAMED.get(rel, rel)
+        files.files[rel] = text
+        if rel.startswith("scripts/") and "." not in Path(rel).name:
+            files.executable.add(rel)
+    for rel in _PACKAGES:
+        files.files[rel] = ""
+    files.files["services/__init__.py"] = ""
+    service_set = service_files(root, names, "keyed", files.files[COMPOSE], replace_entry=False)
+    files.files.update(service_set.files)
+    changes = files.changes()
+    if changes.different and not force:
+        raise ConfigError(f"{directory} already holds other versions of {', '.join(changes.different)}; "
+                          "pass --force to overwrite them, or choose a new directory")
+    written = files.write(changes, force=force)
+    return Result(root=root, names=names, written=written,
+                  overwritten=[p for p in changes.different if p in written], unchanged=changes.same)
