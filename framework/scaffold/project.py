@@ -31,28 +31,36 @@ def framework_spec() -> str:
 
     From the installed distribution's PEP 610 ``direct_url.json``: a local directory or
     archive gives ``kstreamflow @ file:///...``, a VCS checkout ``kstreamflow @
-    git+URL@commit``. Installed from an index (no ``direct_url.json``):
-    ``kstreamflow>=<version>``. Not installed at all (run from a checkout): that checkout.
+    git+URL@commit``. Without one, a framework imported from a checkout (a source tree with
+    its ``pyproject.toml``) gives that checkout, else ``kstreamflow>=<version>``.
     """
-    try:
-        dist = metadata.distribution(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        checkout = Path(framework.__file__).resolve().parents[1]
-        if (checkout / "pyproject.toml").is_file():
-            return f"{DISTRIBUTION} @ {checkout.as_uri()}"
-        raise ConfigError(f"the {DISTRIBUTION} distribution is not installed; pass --framework "
-                          f"'{DISTRIBUTION} @ file:///path/to/checkout'") from None
-    text = dist.read_text("direct_url.json")
-    if text:
-        info = json.loads(text)
-        url = str(info.get("url", ""))
-        vcs = info.get("vcs_info")
-        if vcs and url:
-            commit = vcs.get("commit_id") or vcs.get("requested_revision")
-            return f"{DISTRIBUTION} @ {vcs['vcs']}+{url}" + (f"@{commit}" if commit else "")
-        if url:
-            return f"{DISTRIBUTION} @ {url}"
-    return f"{DISTRIBUTION}>={dist.version}"
+    # Every copy of the metadata on sys.path: a checkout's own egg-info (no direct_url.json)
+    # can come before the installed one when run from the checkout's root.
+    versions = []
+    for dist in metadata.distributions(name=DISTRIBUTION):
+        versions.append(dist.version)
+        spec = _direct_url_spec(dist.read_text("direct_url.json"))
+        if spec:
+            return spec
+    checkout = Path(framework.__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file() and f'name = "{DISTRIBUTION}"' in (checkout / "pyproject.toml").read_text():
+        return f"{DISTRIBUTION} @ {checkout.as_uri()}"
+    if versions:
+        return f"{DISTRIBUTION}>={versions[0]}"
+    raise ConfigError(f"cannot tell where the {DISTRIBUTION} framework comes from; pass --framework "
+                      f"'{DISTRIBUTION} @ file:///path/to/checkout'")
+
+
+def _direct_url_spec(text: str | None) -> str | None:
+    if not text:
+        return None
+    info = json.loads(text)
+    url = str(info.get("url", ""))
+    vcs = info.get("vcs_info")
+    if vcs and url:
+        commit = vcs.get("commit_id") or vcs.get("requested_revision")
+        return f"{DISTRIBUTION} @ {vcs['vcs']}+{url}" + (f"@{commit}" if commit else "")
+    return f"{DISTRIBUTION} @ {url}" if url else None
 
 
 def new_project(directory: Path, *, service: str = DEFAULT_SERVICE, framework: str | None = None,

@@ -1,0 +1,221 @@
+"""`fw new`: names, the docker-compose.yml edit, and what the commands write (no broker).
+
+The generated code's own tests, on a real broker, are in tests/integration/test_scaffold.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from framework.errors import ConfigError
+from framework.scaffold import TEMPLATES, compose, framework_spec, new_service
+from framework.scaffold.names import service_names
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
+
+
+# -- names ---------------------------------------------------------------------------------
+
+
+def test_a_dashed_or_underscored_name_makes_the_same_service() -> None:
+    for name in ("fraud-alerts", "fraud_alerts"):
+        names = service_names(name)
+        assert (names.package, names.service) == ("fraud_alerts", "fraud-alerts")
+        assert names.target == "services.fraud_alerts.pipeline:pipeline"
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("fraud alerts", "Kafka topic names cannot hold"),
+    ("fraud/alerts", "Kafka topic names cannot hold"),
+    ("9lives", "Python package name"),
+    ("fraud.alerts", "Python package name"),
+    ("Fraud", "capitals"),
+    ("class", "Python keyword"),
+    ("tests", "reserved"),
+    ("", "empty"),
+    ("x" * 101, "at most 100"),
+])
+def test_a_bad_name_is_refused_with_what_and_how_to_fix(name: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says) as caught:
+        service_names(name)
+    assert "\n" not in str(caught.value)
+
+
+# -- docker-compose.yml --------------------------------------------------------------------
+
+
+def test_an_added_entry_keeps_every_other_byte_and_looks_like_the_others() -> None:
+    edited = compose.with_service(COMPOSE_TEXT, "fraud-alerts", "services.fraud_alerts.pipeline:pipeline")
+    entry = ('  fraud-alerts:\n'
+             '    <<: *service\n'
+             '    build: {context: ., dockerfile: Dockerfile}\n'
+             '    command: ["fw", "run", "services.fraud_alerts.pipeline:pipeline"]\n'
+             '\n')
+    assert entry in edited
+    assert edited.replace(entry, "", 1) == COMPOSE_TEXT  # comments, anchors, quoting, order: unchanged
+    assert edited.index("  fire-alarm:") < edited.index("  fraud-alerts:") < edited.index("  hashtags:")
+    parsed = yaml.safe_load(edited)["services"]
+    assert parsed["fraud-alerts"] == {**parsed["even-odd"],
+                                      "command": ["fw", "run", "services.fraud_alerts.pipeline:pipeline"]}
+
+
+@pytest.mark.parametrize("service", ["aaa", "zzz"])
+def test_an_entry_first_or_last_keeps_the_comment_block_and_the_blank_lines(service: str) -> None:
+    edited = compose.with_service(COMPOSE_TEXT, service, f"services.{service}.pipeline:pipeline")
+    lines = edited.splitlines()
+    header = lines.index(f"  {service}:")
+    assert lines[header - 1] in ("", "  # from the image of the root Dockerfile; `command` names the pipeline to run.")
+    if service == "aaa":  # right under the comment that introduces the service entries
+        assert lines[header - 1].startswith("  # from the image")
+        assert lines[header + 4:header + 6] == ["", "  even-odd:"]
+    else:  # last: a blank line, then the volumes
+        assert lines[header + 4:header + 6] == ["", "volumes:"]
+    assert [line for line in lines if line.startswith("#")] == \
+        [line for line in COMPOSE_TEXT.splitlines() if line.startswith("#")]
+
+
+def test_an_existing_entry_is_left_as_it_is_unless_replaced() -> None:
+    once = compose.with_service(COMPOSE_TEXT, "fraud-alerts", "services.fraud_alerts.pipeline:pipeline")
+    assert compose.with_service(once, "fraud-alerts", "services.fraud_alerts.pipeline:pipeline") == once
+    assert compose.entry_matches(once, "fraud-alerts", "services.fraud_alerts.pipeline:pipeline")
+    assert not compose.entry_matches(COMPOSE_TEXT, "even-odd", "services.other.pipeline:pipeline")
+    replaced = compose.with_service(COMPOSE_TEXT, "even-odd", "services.other.pipeline:pipeline", replace=True)
+    assert replaced == COMPOSE_TEXT.replace("services.even_odd.pipeline", "services.other.pipeline")
+
+
+def test_a_file_without_the_shared_part_gets_a_complete_entry() -> None:
+    edited = compose.with_service("services:\n  kafka:\n    image: apache/kafka:4.1.1\n", "counts",
+                                  "services.counts.pipeline:pipeline")
+    assert yaml.safe_load(edited)["services"]["counts"] == {
+        "restart": "unless-stopped", "depends_on": {"kafka": {"condition": "service_healthy"}},
+        "build": {"context": ".", "dockerfile": "Dockerfile"},
+        "command": ["fw", "run", "services.counts.pipeline:pipeline"]}
+
+
+def test_a_broken_compose_file_is_one_line_error() -> None:
+    with pytest.raises(ConfigError, match="not valid YAML") as caught:
+        compose.with_service("services: [\n", "x", "services.x.pipeline:pipeline")
+    assert "\n" not in str(caught.value)
+
+
+# -- what the commands write ---------------------------------------------------------------
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (tmp_path / "services").mkdir()
+    (tmp_path / "docker-compose.yml").write_text(COMPOSE_TEXT)
+    return tmp_path
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _fw(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "framework.cli", *args], check=False, cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_each_template_writes_its_service_schemas_tests_and_compose_entry(tmp_path: Path, template: str) -> None:
+    root = _project(tmp_path)
+    result = new_service(root, "fraud-alerts", template)
+    written = set(result.written)
+    assert {"services/__init__.py", "services/fraud_alerts/__init__.py", "services/fraud_alerts/pipeline.py",
+            "tests/topology/test_fraud_alerts.py", "tests/integration/test_fraud_alerts.py",
+            "docker-compose.yml"} <= written
+    schemas = sorted(p for p in written if p.startswith("schemas/"))
+    assert len(schemas) >= 2 and all(p.startswith("schemas/fraud_alerts.") and p.endswith(".avsc") for p in schemas)
+    pipeline = (root / "services/fraud_alerts/pipeline.py").read_text()
+    assert "fw run services.fraud_alerts.pipeline:pipeline" in pipeline  # the docstring says how to run it
+    assert "{{" not in pipeline and "}}" not in pipeline
+
+
+def test_the_same_command_twice_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    first = _fw(root, "new", "service", "fraud-alerts", "--template", "windowed")
+    assert first.returncode == 0, first.stderr
+    before = _tree(root)
+    again = _fw(root / "services", "new", "service", "fraud_alerts", "--template", "windowed")  # from below the root
+    assert again.returncode == 0, again.stderr
+    assert "nothing changed" in again.stdout
+    assert _tree(root) == before
+
+
+def test_other_content_is_a_conflict_and_force_overwrites_it(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    assert _fw(root, "new", "service", "fraud-alerts").returncode == 0
+    pipeline = root / "services/fraud_alerts/pipeline.py"
+    generated = pipeline.read_text()
+    pipeline.write_text(generated + "# edited\n")
+    before = _tree(root)
+
+    refused = _fw(root, "new", "service", "fraud-alerts", "--template", "stateless")
+    assert refused.returncode != 0
+    assert refused.stderr.startswith("error: service 'fraud-alerts' exists with other content in ")
+    assert "--force" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert _tree(root) == before  # nothing written, not even the files that would be new
+
+    forced = _fw(root, "new", "service", "fraud-alerts", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "overwrote services/fraud_alerts/pipeline.py" in forced.stdout
+    assert pipeline.read_text() == generated
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["fraud alerts"], "error: service name 'fraud alerts' has ' '"),
+    (["9lives"], "error: service name '9lives' does not make a Python package name"),
+    (["fraud#alerts"], "error: service name 'fraud#alerts' has '#'"),
+    (["even-odd"], "error: service 'even-odd' exists with other content in services/even_odd/pipeline.py"),
+    (["x", "--template", "nope"], "Invalid value for '--template'"),
+])
+def test_bad_names_are_one_line_errors_without_a_traceback(tmp_path: Path, args: list[str], says: str) -> None:
+    root = _project(tmp_path)
+    (root / "services/even_odd").mkdir()
+    (root / "services/even_odd/pipeline.py").write_text("pipeline = None\n")  # an existing service
+    before = _tree(root)
+    done = _fw(root, "new", "service", *args)
+    assert done.returncode != 0
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
+    if not says.startswith("Invalid"):  # click's usage errors add a usage line; ours are one line
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert _tree(root) == before
+
+
+def test_outside_a_project_the_error_says_where_to_run_it(tmp_path: Path) -> None:
+    done = _fw(tmp_path, "new", "service", "fraud-alerts")
+    assert done.returncode != 0
+    assert done.stderr.startswith("error: no project here") and "fw new project" in done.stderr
+
+
+def test_a_new_project_twice_changes_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "shop"
+    first = _fw(tmp_path, "new", "project", "shop", "--framework", "kstreamflow @ file:///opt/kstreamflow")
+    assert first.returncode == 0, first.stderr
+    before = _tree(target)
+    assert {"pyproject.toml", "README.md", ".gitignore", "Dockerfile", "docker-compose.yml", "scripts/test",
+            "scripts/demo", "scripts/ci", "tests/conftest.py", "services/spend/pipeline.py",
+            "tests/topology/test_spend.py", "tests/integration/test_spend.py"} <= set(before)
+    assert '"kstreamflow @ file:///opt/kstreamflow"' in (target / "pyproject.toml").read_text()
+    assert os.access(target / "scripts/test", os.X_OK)
+    again = _fw(tmp_path, "new", "project", "shop", "--framework", "kstreamflow @ file:///opt/kstreamflow")
+    assert again.returncode == 0 and "nothing changed" in again.stdout
+    assert _tree(target) == before
+
+
+def test_the_framework_dependency_points_where_this_framework_was_installed_from() -> None:
+    """This checkout is installed editable: its direct_url.json names the directory."""
+    spec = framework_spec()
+    name, _, url = spec.partition(" @ ")
+    assert name == "kstreamflow" and url.startswith("file://"), spec
+    assert (Path(url.removeprefix("file://")) / "pyproject.toml").is_file()
