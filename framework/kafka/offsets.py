@@ -1,5 +1,6 @@
-"""Offset ranges of topics, from what users write on a command line (``fw replay``,
-``fw archive``): ``earliest``, ``latest``, ``committed`` (a consumer group's committed
+"""Offset ranges and positions of topics, from what users write on a command line (``fw
+replay``, ``fw archive``; ``fw topics tail --from`` and ``fw group reset --to`` take one
+position per partition): ``earliest``, ``latest``, ``committed`` (a consumer group's committed
 offsets), a timestamp (ISO 8601, or milliseconds since the epoch; the first offset at or
 after it, per partition, as the broker's offsets-for-times says), or explicit
 ``topic:partition:offset`` lists (partitions not named start at ``earliest`` / end at
@@ -80,6 +81,18 @@ def parse_time(spec: str) -> int | None:
     return int(when.timestamp() * 1000)
 
 
+def explicit_offsets(spec: str) -> dict[tuple[str, int], int] | None:
+    """The partitions and offsets of a ``topic:partition:offset[,...]`` spec; None for any
+    other spec (earliest, latest, committed, a time)."""
+    if not _EXPLICIT.match(spec):
+        return None
+    out = {}
+    for item in spec.split(","):
+        topic, part, offset = item.rsplit(":", 2)
+        out[(topic, int(part))] = int(offset)
+    return out
+
+
 def _positions(log: _Log, spec: str, option: str, default: int) -> dict[tuple[str, int], int]:
     """One end of the ranges: ``default`` 0 = first offsets, 1 = next offsets."""
     bounds = log.bounds
@@ -90,14 +103,14 @@ def _positions(log: _Log, spec: str, option: str, default: int) -> dict[tuple[st
     if spec == "committed":
         committed = log.committed()
         return {tp: committed.get(tp, b[0]) for tp, b in bounds.items()}
-    if _EXPLICIT.match(spec):
+    named = explicit_offsets(spec)
+    if named is not None:
         out = {tp: b[default] for tp, b in bounds.items()}
-        for item in spec.split(","):
-            topic, part, offset = item.rsplit(":", 2)
-            if (topic, int(part)) not in bounds:
-                raise ConfigError(f"{option} {item}: {topic}[{part}] is not a partition of the replayed topics "
-                                  f"({', '.join(f'{t}[{p}]' for t, p in sorted(bounds))})")
-            out[(topic, int(part))] = int(offset)
+        for (topic, part), offset in named.items():
+            if (topic, part) not in bounds:
+                raise ConfigError(f"{option} {topic}:{part}:{offset}: {topic}[{part}] is not a partition of the "
+                                  f"topics ({', '.join(f'{t}[{p}]' for t, p in sorted(bounds))})")
+            out[(topic, part)] = offset
         return out
     ms = parse_time(spec)
     if ms is None:
@@ -131,3 +144,21 @@ def resolve_ranges(settings: Mapping[str, Any], topics: Iterable[str], start: st
             raise ConfigError(f"{where}: --from offset {s} is after --to offset {e}")
         out.setdefault(topic, {})[p] = [s, e]
     return out
+
+
+def resolve_positions(settings: Mapping[str, Any], topics: Iterable[str], spec: str, *, option: str, group: str,
+                      timeout_s: float = 30.0) -> dict[tuple[str, int], int]:
+    """One position per partition of ``topics`` for ``spec`` (as ``--from`` reads it: partitions
+    an explicit spec does not name are at their first offset); a ``ConfigError`` naming
+    ``option``, the partition and the fix when a position lies outside the log."""
+    log = _Log(settings, topics, group, timeout_s)
+    try:
+        positions = _positions(log, spec, option, 0)
+    finally:
+        log.close()
+    for (topic, p), (low, high) in sorted(log.bounds.items()):
+        at = positions[(topic, p)]
+        if not low <= at <= high:
+            raise ConfigError(f"{topic}[{p}]: {option} offset {at} is outside the log, which holds offsets {low} to "
+                              f"{high} (the next one): choose one in that range ({option} earliest or latest)")
+    return positions

@@ -1,0 +1,275 @@
+"""``fw topics``, ``fw group`` and ``fw state``: look at topics, consumer groups and stores.
+
+Every command takes ``--json`` (for scripts) and ``--config`` (a TOML file, else
+FW_CONFIG; the cluster is ``FW_BOOTSTRAP_SERVERS`` as for ``fw run``). The logic is in
+``framework.ops``; this module parses options and prints (``framework.cli.output``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import click
+
+from framework.cli import output as out
+from framework.errors import ConfigError
+from framework.ops import groups as G
+from framework.ops import state as St
+from framework.ops import tail as Tl
+from framework.ops import topics as T
+from framework.ops.targets import client_settings, is_target, load_config, load_service
+
+F = TypeVar("F", bound=Callable[..., Any])
+_POSITION_HELP = "earliest, latest, a time (ISO 8601 or ms since the epoch) or topic:partition:offset[,...]"
+
+
+def _common(f: F) -> F:
+    f = click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table.")(f)
+    f = click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+                     help="A TOML configuration file (else FW_CONFIG).")(f)
+    return f
+
+
+def _settings(config_file: str | None) -> dict[str, Any]:
+    return client_settings(load_config(config_file))
+
+
+# -- topics ------------------------------------------------------------------------------
+
+@click.group()
+def topics() -> None:
+    """List, describe, create and read topics."""
+
+
+@topics.command("list")
+@click.option("--all", "include_all", is_flag=True, help="Also Kafka's own topics (__consumer_offsets...).")
+@_common
+def topics_list(include_all: bool, as_json: bool, config_file: str | None) -> None:
+    """Topics with partitions, replication and, for a service's own, what they are."""
+    rows = T.list_topics(_settings(config_file), include_all)
+    if as_json:
+        out.emit_json([r.__dict__ for r in rows])
+        return
+    out.table(None, ["topic", "partitions", "replication", "internal"],
+              [(r.name, str(r.partitions), str(r.replication), r.internal) for r in rows])
+
+
+@topics.command("describe")
+@click.argument("topic")
+@_common
+def topics_describe(topic: str, as_json: bool, config_file: str | None) -> None:
+    """Partitions (leader, replicas, in-sync replicas, start and end offsets) and config overrides."""
+    _print_detail(T.describe_topic(_settings(config_file), topic), as_json)
+
+
+@topics.command("create")
+@click.argument("topic")
+@click.option("--partitions", "-p", type=int, required=True, help="Number of partitions.")
+@click.option("--replication", "-r", type=int, default=-1, help="Replication factor (default: the broker's).")
+@click.option("--config", "configs", multiple=True, metavar="K=V", help="A topic config (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table.")
+def topics_create(topic: str, partitions: int, replication: int, configs: tuple[str, ...], as_json: bool) -> None:
+    """Create TOPIC (an error when it exists)."""
+    _print_detail(T.create_topic(_settings(None), topic, partitions, replication, configs), as_json)
+
+
+def _print_detail(detail: Any, as_json: bool) -> None:
+    if as_json:
+        out.emit_json(T.detail_dict(detail))
+        return
+    kind = T.internal_kind(detail.name)
+    out.lines([f"topic {detail.name}" + (f" ({kind})" if kind else "") + f"  id {detail.topic_id}",
+               "config overrides: " + (", ".join(f"{k}={v}" for k, v in detail.config.items()) or "none")])
+    out.table(None, ["partition", "leader", "replicas", "isr", "start", "end"],
+              [(str(p.partition), str(p.leader), ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
+                str(p.start), str(p.end)) for p in detail.partitions])
+
+
+@topics.command("tail")
+@click.argument("topic")
+@click.option("--service", "service", default=None, metavar="MODULE:PIPELINE",
+              help="Decode with the serdes this service gives the topic.")
+@click.option("--schema", default=None, metavar="NAME", help="Decode values with this Avro schema (schemas/).")
+@click.option("-n", "--lines", "last", default=10, show_default=True, help="Without --from: the last N records.")
+@click.option("--from", "start", default=None, help=f"Start here instead: {_POSITION_HELP}.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing records as they arrive (Ctrl-C stops).")
+@_common
+def topics_tail(topic: str, service: str | None, schema: str | None, last: int, start: str | None, follow: bool,
+                as_json: bool, config_file: str | None) -> None:
+    """Print TOPIC's committed records: key, value, timestamp, partition, offset, headers."""
+    if service and schema:
+        raise click.UsageError("--service and --schema both decode: give one")
+    decoder = (Tl.service_decoder(load_service(service), topic) if service
+               else Tl.schema_decoder(schema) if schema else Tl.RAW)
+    rows = Tl.tail(_settings(config_file), topic, decoder, start=start, last=last, follow=follow)
+    try:
+        if as_json:
+            for r in rows:
+                out.emit_json(r.as_dict(), lines=True)
+        elif follow:
+            for r in rows:
+                out.lines([_tail_line(r)])
+        else:
+            cells = [_tail_cells(r) for r in rows]
+            if not cells:
+                out.lines([f"no committed records in {topic} from there"])
+                return
+            out.table(None, ["partition", "offset", "timestamp", "key", "value", "headers"], cells,
+                      fold=("key", "value", "headers"))
+    except KeyboardInterrupt:
+        return  # the end of a follow
+
+
+def _tail_cells(r: Tl.TailRow) -> tuple[str, ...]:
+    value = f"! {r.where}: {r.error} (raw: {out.shown(r.value)})" if r.error else out.shown(r.value)
+    return (str(r.partition), str(r.offset), out.when(r.timestamp), out.shown(r.key), value,
+            out.shown(r.headers) if r.headers else "")
+
+
+def _tail_line(r: Tl.TailRow) -> str:
+    partition, offset, ts, key, value, headers = _tail_cells(r)
+    return f"[{partition}]@{offset}  {ts}  {key}  {value}" + (f"  {headers}" if headers else "")
+
+
+# -- group -------------------------------------------------------------------------------
+
+@click.group()
+def group() -> None:
+    """Describe and reset a service's consumer group."""
+
+
+def _group_target(service: str) -> tuple[str, Any]:
+    if is_target(service):
+        pipeline = load_service(service)
+        return pipeline.name, pipeline
+    return service, None
+
+
+@group.command("describe")
+@click.argument("service")
+@_common
+def group_describe(service: str, as_json: bool, config_file: str | None) -> None:
+    """Members, assignment, committed offsets, end offsets and lag of SERVICE's group
+    (SERVICE: module:pipeline, or a consumer-group id)."""
+    name, pipeline = _group_target(service)
+    view = G.describe_group(_settings(config_file), name, pipeline)
+    if as_json:
+        out.emit_json(view.as_dict())
+        return
+    out.lines([f"group {view.info.group}  state {view.info.state}  members {len(view.info.members)}"])
+    if view.info.members:
+        out.table("members", ["client id", "host", "assigned"],
+                  [(m.client_id, m.host, ", ".join(f"{t}[{p}]" for t, p in m.assignment)) for m in view.info.members],
+                  fold=("assigned",))
+    out.table("offsets", ["topic", "partition", "committed", "end", "lag", "member"],
+              [(r.topic, str(r.partition), _n(r.committed), str(r.end), _n(r.lag), r.member or "-")
+               for r in view.partitions])
+
+
+def _n(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+@group.command("reset")
+@click.argument("service")
+@click.option("--to", "to", required=True, help=f"Where the sources start again: {_POSITION_HELP}.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+@_common
+def group_reset(service: str, to: str, dry_run: bool, as_json: bool, config_file: str | None) -> None:
+    """Start SERVICE (module:pipeline) over: sources to --to, repartition topics to their end,
+    changelogs created anew. Refused while the group has members."""
+    if not is_target(service):
+        raise ConfigError(f"fw group reset needs the service as module:pipeline, not the group id {service!r}: "
+                          "the reset also empties the service's internal topics, which its definition names")
+    pipeline = load_service(service)
+    config = load_config(config_file)
+    settings = client_settings(config)
+    plan = G.plan_reset(settings, pipeline, to, config.state.dir)
+    if not dry_run:
+        G.apply_reset(settings, plan)
+    if as_json:
+        out.emit_json(plan.as_dict())
+        return
+    out.table(f"offsets of group {plan.group}", ["topic", "partition", "before", "after"],
+              [(t, str(p), _n(b), str(a)) for (t, p), (b, a) in sorted(plan.offsets.items())])
+    verb = "would be created anew" if dry_run else "created anew"
+    out.lines([f"changelogs {verb}: {', '.join(sorted(plan.changelogs)) or 'none'}", *plan.notes,
+               "dry run: nothing was changed" if dry_run else "reset done"])
+
+
+# -- state -------------------------------------------------------------------------------
+
+@click.group()
+def state() -> None:
+    """Read a service's stores: local RocksDB copies or their changelogs."""
+
+
+def _source_option(f: F) -> F:
+    return cast(F, click.option(
+        "--source", type=click.Choice(["auto", "local", "changelog"]), default="auto", show_default=True,
+        help="local: this host's RocksDB copies (FW_STATE_DIR); changelog: rebuilt from the changelog; "
+             "auto: local copies where present, the changelog for the other partitions.")(f))
+
+
+def _open(service: str, store: str, source: str, config_file: str | None) -> St.StoreReader:
+    if not is_target(service):
+        raise ConfigError(f"fw state needs the service as module:pipeline, not {service!r}: its definition gives "
+                          "the store's key and value types")
+    config = load_config(config_file)
+    return St.open_store(load_service(service), store, config.state.dir, client_settings(config),
+                         cast(St.Source, source))
+
+
+@state.command("get")
+@click.argument("service")
+@click.argument("store")
+@click.argument("key")
+@_source_option
+@_common
+def state_get(service: str, store: str, key: str, source: str, as_json: bool, config_file: str | None) -> None:
+    """The entries of KEY (the store's key type; JSON for non-string keys) in STORE of SERVICE."""
+    reader = _open(service, store, source, config_file)
+    try:
+        _print_rows(reader.get(key), reader.notes, as_json)
+    finally:
+        reader.close()
+
+
+@state.command("scan")
+@click.argument("service")
+@click.argument("store")
+@click.option("--prefix", default=None, metavar="KEY", help="Only keys whose text starts with KEY.")
+@click.option("--limit", default=100, show_default=True, help="At most this many entries (0: all).")
+@_source_option
+@_common
+def state_scan(service: str, store: str, prefix: str | None, limit: int, source: str, as_json: bool,
+               config_file: str | None) -> None:
+    """The entries of STORE of SERVICE, by partition and key."""
+    reader = _open(service, store, source, config_file)
+    try:
+        _print_rows(reader.scan(prefix, limit or None), reader.notes, as_json)
+    finally:
+        reader.close()
+
+
+def _print_rows(rows: list[St.StoreRow], notes: list[str], as_json: bool) -> None:
+    if as_json:
+        out.emit_json({"entries": [r.as_dict() for r in rows], "notes": notes})
+        return
+    windowed = any(r.entry.window for r in rows)
+    mapped = any(r.entry.map_key is not None for r in rows)
+    columns = ["partition", "source", "state", "key", *(["window start", "window end"] if windowed else []),
+               *(["map key"] if mapped else []), "value"]
+    out.table(None, columns, [_state_cells(r, windowed, mapped) for r in rows], fold=("value",))
+    out.lines([f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}", *(f"note: {n}" for n in notes)])
+
+
+def _state_cells(r: St.StoreRow, windowed: bool, mapped: bool) -> list[str]:
+    e = r.entry
+    cells = [str(r.partition), r.source, e.state, out.shown(e.key)]
+    if windowed:
+        cells += [out.when(e.window[0]), out.when(e.window[1])] if e.window else ["-", "-"]
+    if mapped:
+        cells.append(out.shown(e.map_key))
+    return [*cells, out.shown(e.value)]

@@ -1,0 +1,171 @@
+"""Store entries as people read them: the bytes of docs/state-format.md (section 3) decoded
+with the serdes of the pipeline definition.
+
+A store key ``<state id><key length><record key>[<suffix>]`` becomes an ``Entry``: the state
+name (``acc``, ``win``, a process function's ``value_state`` name...), the record key
+decoded with the step's key serde, the window (start and end, ms) for time windows, or the
+map key of a ``map_state``. A session store's value (the key's sessions) becomes one entry
+per session. Timers and the store's meta entries are recognised too (``kind``), so a
+changelog can be shown whole; ``fw state`` shows only the state entries.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from framework.errors import ConfigError
+from framework.pipeline import steps as S
+from framework.pipeline.definition import TIME_STORE, Pipeline
+from framework.serde import StringSerde
+from framework.serde.values import ValueCodec
+from framework.state.base import META_END, META_PREFIX
+from framework.state.keys import prefix_end
+from framework.windows.definitions import SessionWindows, SlidingWindows, TumblingWindows
+
+_LEN = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_BIAS = 2**63  # time-window starts and timer timestamps are stored as value + 2^63, unsigned
+_TIMERS = "__timers."
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One decoded store entry. ``kind``: ``state``, ``timer`` (``timer`` = its timestamp),
+    or ``meta``. ``window``: ``(start, end)`` in ms for time windows and sessions."""
+
+    kind: str
+    state: str
+    key: Any
+    value: Any
+    window: tuple[int, int] | None = None
+    map_key: Any = None
+    timer: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"state": self.state, "key": self.key}
+        if self.window is not None:
+            out["window_start"], out["window_end"] = self.window
+        if self.map_key is not None:
+            out["map_key"] = self.map_key
+        if self.timer is not None:
+            out["timer"] = self.timer
+        out["value"] = self.value
+        return out
+
+
+def store_step(pipeline: Pipeline, store: str) -> S.Step | None:
+    """The step owning ``store`` (None for the time store); a ``ConfigError`` naming the
+    pipeline's stores when it has no such store."""
+    if store == TIME_STORE and store in pipeline.store_names():
+        return None
+    step = pipeline.steps.get(store)
+    if step is None or not step.stateful:
+        raise ConfigError(f"{pipeline.name!r} has no store {store!r}; its stores: "
+                          f"{', '.join(pipeline.store_names()) or 'none (no stateful step)'}")
+    return step
+
+
+class StoreLayout:
+    """Decodes and encodes the entries of one store of ``pipeline``."""
+
+    def __init__(self, pipeline: Pipeline, store: str) -> None:
+        self.pipeline, self.store = pipeline, store
+        self.step = store_step(pipeline, store)
+        self.key_serde = getattr(self.step, "key_serde", None) or StringSerde()
+        self.codec = ValueCodec(pipeline.types)
+        windows = getattr(self.step, "windows", None)
+        self.window_size = windows.size_ms if isinstance(windows, (TumblingWindows, SlidingWindows)) else None
+        self.sessions = isinstance(windows, SessionWindows)
+
+    def encode_key(self, text: str) -> bytes:
+        """The record key ``text`` stands for, as the step's key serde writes it: a string
+        serde takes the text itself; any other tries it as JSON (``7``, ``"7"``, ``["a",1]``)
+        first and as the text second."""
+        candidates: list[Any] = [text]
+        if not isinstance(self.key_serde, StringSerde):
+            try:
+                candidates.insert(0, json.loads(text))
+            except ValueError:
+                pass
+        for candidate in candidates:
+            try:
+                return self.key_serde.serialize(candidate)
+            except (TypeError, ValueError):
+                continue
+        raise ConfigError(f"key {text!r} cannot be written by the key serde of store {self.store!r} "
+                          f"({self.key_serde!r}): give it as that serde's type")
+
+    def decode_key(self, raw: bytes) -> Any:
+        try:
+            return self.key_serde.deserialize(raw)
+        except Exception:  # noqa: BLE001 - any serde error: show the bytes instead
+            return raw
+
+    def decode(self, key: bytes, value: bytes | None) -> Iterator[Entry]:
+        """The entries of one stored (or changelog) ``key``/``value``; a null value (a
+        changelog tombstone) decodes to ``None``. Raises ``ValueError`` on bytes that are
+        not in the state format."""
+        decoded = None if value is None else self.codec.decode(value)
+        if key.startswith(META_PREFIX):
+            yield Entry("meta", key[1:].decode(errors="replace"), None, decoded)
+            return
+        if not key or len(key) < 1 + key[0]:
+            raise ValueError(f"store key {key.hex()} is shorter than its state id")
+        state = key[1:1 + key[0]].decode()
+        rest = key[1 + key[0]:]
+        if state.startswith(_TIMERS):
+            ts = _U64.unpack_from(rest)[0] - _BIAS
+            yield Entry("timer", state, self.decode_key(rest[8:-1]), decoded, timer=ts)
+            return
+        if not rest:  # the time store's clock: a state id alone
+            yield Entry("state", state, None, decoded)
+            return
+        n = _LEN.unpack_from(rest)[0]
+        record_key, suffix = self.decode_key(rest[4:4 + n]), rest[4 + n:]
+        yield from self._state_entries(state, record_key, suffix, decoded)
+
+    def _state_entries(self, state: str, key: Any, suffix: bytes, value: Any) -> Iterator[Entry]:
+        if suffix and self.window_size is not None and len(suffix) == 8:
+            start = _U64.unpack(suffix)[0] - _BIAS
+            yield Entry("state", state, key, value, window=(start, start + self.window_size))
+        elif suffix:
+            yield Entry("state", state, key, value, map_key=_text_or_bytes(suffix))
+        elif self.sessions and state == "sessions" and isinstance(value, list):
+            for start, end, acc in value:
+                yield Entry("state", state, key, acc, window=(start, end))
+        else:
+            yield Entry("state", state, key, value)
+
+
+def state_ids(read_first: Any) -> Iterator[bytes]:
+    """The state ids present in a store partition, in key order, by seeking past each one:
+    ``read_first(start)`` returns the first key ``>= start`` or None."""
+    start: bytes | None = META_END  # past the meta keys (0x00...)
+    while start is not None:
+        key = read_first(start)
+        if key is None:
+            return
+        sid = key[:1 + key[0]]
+        yield sid
+        start = prefix_end(sid)
+
+
+def keyed_prefix(state_id: bytes, record_key: bytes) -> bytes:
+    return state_id + _LEN.pack(len(record_key)) + record_key
+
+
+def is_timer_state(state_id: bytes) -> bool:
+    return state_id[1:].startswith(_TIMERS.encode())
+
+
+def _text_or_bytes(raw: bytes) -> Any:
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        return raw
+    return text if text.isprintable() else raw
+

@@ -1,0 +1,219 @@
+"""``fw state get | scan``: the entries of a service's store, decoded.
+
+Where each store partition is read from (``source``):
+
+- ``local``: the RocksDB copy a member left under ``FW_STATE_DIR/<service>/<store>/<p>``,
+  opened read-only, so nothing of it changes; refused in one line while a running member
+  holds it (its copy changes under the reader; the changelog has the committed state);
+- ``changelog``: rebuilt in memory from the store's changelog by the runtime's own restore
+  (``framework.runtime.restore.Restorer`` over a ``TaskRunner``): the committed state, as a
+  member starting without local state would restore it;
+- ``auto`` (default): local copies where this host has them, the changelog for the other
+  partitions. A local copy that no longer matches the changelog (a member has written since
+  it was left, or the changelog was created anew) is read as it is, with a note.
+
+Keys are given as the store's key type and encoded with the step's key serde
+(``StoreLayout.encode_key``); a key lives in one partition, and every partition is looked at.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from framework.engine.context import Headers
+from framework.engine.runner import TaskRunner
+from framework.errors import ConfigError, EnvironmentProblem, StateError
+from framework.kafka.admin import admin_client, topic_ids
+from framework.kafka.clients import ChangelogReader
+from framework.kafka.groups import end_offsets
+from framework.kafka.inspect import Cluster
+from framework.ops.entries import Entry, StoreLayout, is_timer_state, keyed_prefix, state_ids
+from framework.pipeline.definition import Pipeline
+from framework.runtime.restore import Restorer
+from framework.state.base import META_END, partition_path
+from framework.state.keys import prefix_end
+from framework.state.memory import MemoryBackend
+from framework.state.rocksdb.readonly import ReadOnlyPartition
+
+Source = Literal["auto", "local", "changelog"]
+_RESTORE_TIMEOUT_S = 300.0
+
+
+class _Readable(Protocol):
+    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]: ...
+
+
+@dataclass(frozen=True)
+class StoreRow:
+    partition: int
+    source: str  # "local" or "changelog"
+    entry: Entry
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"partition": self.partition, "source": self.source, **self.entry.as_dict()}
+
+
+@dataclass
+class StoreReader:
+    """The partitions of one store, each from its source; ``notes`` say what to know about them."""
+
+    layout: StoreLayout
+    partitions: dict[int, tuple[str, _Readable]]
+    notes: list[str] = field(default_factory=list)
+    _opened: list[ReadOnlyPartition] = field(default_factory=list)
+
+    def get(self, key: str) -> list[StoreRow]:
+        """Every state entry of record key ``key`` (one per state name, window or map key)."""
+        raw = self.layout.encode_key(key)
+        rows = []
+        for p, (source, part) in sorted(self.partitions.items()):
+            for sid in state_ids(lambda start, part=part: next((k for k, _ in part.iter_range(start, None)), None)):
+                if is_timer_state(sid):
+                    continue
+                prefix = keyed_prefix(sid, raw)
+                rows += [StoreRow(p, source, e) for k, v in part.iter_range(prefix, prefix_end(prefix))
+                         for e in self._decode(p, k, v)]
+        return rows
+
+    def scan(self, prefix: str | None = None, limit: int | None = None) -> list[StoreRow]:
+        """State entries in partition and key order whose record key, as text, starts with
+        ``prefix``; at most ``limit``. Reads every entry: keys are stored length first, so
+        keys with a common prefix are not next to each other."""
+        rows: list[StoreRow] = []
+        for p, (source, part) in sorted(self.partitions.items()):
+            for k, v in part.iter_range(META_END, None):
+                if is_timer_state(k[:1 + k[0]]):
+                    continue
+                for e in self._decode(p, k, v):
+                    if prefix is None or _text(e.key).startswith(prefix):
+                        rows.append(StoreRow(p, source, e))
+                        if limit is not None and len(rows) >= limit:
+                            return rows
+        return rows
+
+    def _decode(self, partition: int, key: bytes, value: bytes) -> list[Entry]:
+        try:
+            return list(self.layout.decode(key, value))
+        except (ValueError, IndexError) as exc:
+            raise StateError(f"store {self.layout.store!r} partition {partition}, key {key.hex()}: not in the state "
+                             f"format ({exc})") from None
+
+    def close(self) -> None:
+        for part in self._opened:
+            part.close()
+
+
+def open_store(pipeline: Pipeline, store: str, state_root: Path, settings: Mapping[str, Any],
+               source: Source = "auto") -> StoreReader:
+    """The partitions of ``store`` of service ``pipeline``, from ``source`` (module docstring)."""
+    layout = StoreLayout(pipeline, store)  # an unknown store fails here, naming the known ones
+    root = state_root.resolve() / pipeline.name / store
+    local = [] if source == "changelog" else _local_partitions(root)
+    if source == "local" and not local:
+        raise ConfigError(f"no local copy of store {store!r} under {root}: run this where a member of the service "
+                          "ran (FW_STATE_DIR names its state directory), or read the changelog (--source changelog)")
+    reader = StoreReader(layout, {})
+    try:
+        for p in local:
+            part = ReadOnlyPartition(partition_path(state_root.resolve(), pipeline.name, store, p),
+                                     f"{pipeline.name}/{store} partition {p}")
+            reader._opened.append(part)
+            reader.partitions[p] = ("local", part)
+        if source != "local":
+            _add_changelog_partitions(reader, pipeline, store, settings, root, bool(local))
+    except BaseException:
+        reader.close()
+        raise
+    return reader
+
+
+def _local_partitions(root: Path) -> list[int]:
+    """Partition directories under ``root`` holding a RocksDB database."""
+    if not root.is_dir():
+        return []
+    return sorted(int(d.name) for d in root.iterdir() if d.name.isdigit() and (d / "CURRENT").exists())
+
+
+def _add_changelog_partitions(reader: StoreReader, pipeline: Pipeline, store: str, settings: Mapping[str, Any],
+                              root: Path, have_local: bool) -> None:
+    topic = pipeline.changelog_topic(store)
+    try:
+        cluster = Cluster(settings)
+    except EnvironmentProblem as exc:
+        if not have_local:
+            raise
+        reader.notes.append(f"local copies only, not checked against the changelog: {exc}")
+        return
+    try:
+        try:
+            partitions = cluster.partitions(topic)
+        except ConfigError:
+            raise ConfigError(f"no local copy of store {store!r} under {root} and no changelog topic {topic!r} on "
+                              f"{cluster.bootstrap}: the service has not run there yet (or FW_STATE_DIR / "
+                              "FW_BOOTSTRAP_SERVERS name another place)") from None
+    finally:
+        cluster.close()
+    _note_stale(reader, settings, topic)
+    missing = [p for p in partitions if p not in reader.partitions]
+    if missing:
+        for p, part in _restore(pipeline, store, settings, len(partitions), missing).items():
+            reader.partitions[p] = ("changelog", part)
+
+
+def _note_stale(reader: StoreReader, settings: Mapping[str, Any], topic: str) -> None:
+    local = {p: part for p, (src, part) in reader.partitions.items() if isinstance(part, ReadOnlyPartition)}
+    if not local:
+        return
+    incarnation = topic_ids(admin_client(settings), [topic])[topic]
+    ends = end_offsets(settings, [topic])
+    for p, part in sorted(local.items()):
+        if part.changelog_id is not None and part.changelog_id != incarnation:
+            reader.notes.append(f"partition {p}: the local copy reflects an older incarnation of {topic} (it was "
+                                "created anew, by a reset or a replay bootstrap): a member starting here rebuilds it")
+        elif part.changelog_offset is not None and ends.get((topic, p), 0) - part.changelog_offset > 1:
+            # > 1: the transaction's commit marker after the copy's last record takes an offset
+            reader.notes.append(f"partition {p}: the local copy reflects {topic} up to offset "
+                                f"{part.changelog_offset}, and it ends at {ends[(topic, p)]}: a member may have "
+                                "written since; --source changelog reads the committed state")
+
+
+class _NoOutput:
+    """A restore produces nothing: the runner's output is never called."""
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
+                headers: Headers = None, partition: int | None = None) -> None:
+        raise StateError("a store restored for reading produced a record")
+
+    def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None,
+                          headers: Headers) -> None:
+        raise StateError("a store restored for reading produced a changelog record")
+
+
+def _restore(pipeline: Pipeline, store: str, settings: Mapping[str, Any], tasks: int,
+             partitions: list[int]) -> dict[int, _Readable]:
+    """``partitions`` of ``store`` rebuilt in memory from the changelogs, by the runtime's restore."""
+    backend = MemoryBackend()
+    runner = TaskRunner(pipeline, backend, _NoOutput(), partitions=tasks)
+    admin = admin_client(settings)
+    reader = ChangelogReader(settings, f"fw-state-{uuid.uuid4().hex[:8]}")  # assigns, never joins the group
+    restorer = Restorer(runner, reader, lambda topics: topic_ids(admin, topics), lambda _p: None)
+    try:
+        restorer.start(partitions)
+        deadline = time.monotonic() + _RESTORE_TIMEOUT_S
+        while restorer.busy:
+            if time.monotonic() > deadline:
+                raise StateError(f"rebuilding store {store!r} from {pipeline.changelog_topic(store)} did not reach "
+                                 f"its end in {_RESTORE_TIMEOUT_S:.0f}s ({restorer.restored_records} records)")
+            restorer.step()
+    finally:
+        restorer.close()
+    return {p: backend.open(pipeline.name, store, p) for p in partitions}
+
+
+def _text(key: Any) -> str:
+    return key if isinstance(key, str) else str(key)

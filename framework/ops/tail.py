@@ -1,0 +1,196 @@
+"""``fw topics tail``: a topic's committed records, decoded.
+
+Decoding, by the first that applies:
+
+- ``--service module:pipeline``: the serdes the pipeline gives the topic (a source, a sink,
+  a late topic), the framework's encodings for its repartition topics (the ``key_by`` key
+  serde, the value encoding) and changelogs (store entries, ``framework.ops.entries``); the
+  dead-letter topic holds other topics' original bytes, so it is shown raw;
+- ``--schema NAME``: values with the Avro schema ``NAME`` (``load_schema``), keys raw;
+- raw: text when the bytes are printable UTF-8, else base64.
+
+A record that does not decode is shown with the reason and ``topic[partition]@offset``; it
+never stops the tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from framework.errors import ConfigError, RecordCoordinates
+from framework.kafka.inspect import Cluster, ReadRecord, TopicReader, close_matches
+from framework.kafka.offsets import resolve_positions
+from framework.ops.entries import StoreLayout
+from framework.ops.targets import plain, raw_bytes
+from framework.pipeline import steps as S
+from framework.pipeline.definition import Pipeline
+from framework.serde import AvroSerde, load_schema
+from framework.serde.values import ValueCodec
+
+Decode = Callable[[bytes], Any]
+_READ_TIMEOUT_S = 0.5
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """How to show one topic's keys and values; ``entries`` (changelogs) decodes both at once."""
+
+    name: str
+    key: Decode = raw_bytes
+    value: Decode = raw_bytes
+    entries: StoreLayout | None = None
+
+    def decode(self, key: bytes | None, value: bytes | None) -> tuple[Any, Any]:
+        if self.entries is not None and key is not None:
+            return _entry(self.entries, key, value)
+        k = None if key is None else _side("key", self.key, key)
+        v = None if value is None else _side("value", self.value, value)
+        return plain(k), plain(v)
+
+
+def _entry(layout: StoreLayout, key: bytes, value: bytes | None) -> tuple[Any, Any]:
+    """A changelog record as its store entry: the key is the state, record key and window (or
+    map key, timer); the value is the entry's (a session store's: one per session)."""
+    try:
+        found = [e.as_dict() for e in layout.decode(key, value)]
+    except (ValueError, IndexError) as exc:
+        raise _Undecodable(f"not a store entry of the state format: {exc}") from None
+    if len(found) == 1:
+        value_shown = found[0].pop("value")
+        return plain(found[0]), plain(value_shown)
+    head = {"state": found[0]["state"], "key": found[0]["key"]} if found else {}
+    return plain(head), plain([{k: v for k, v in e.items() if k not in head} for e in found])
+
+
+class _Undecodable(ValueError):
+    pass
+
+
+def _side(side: str, decode: Decode, data: bytes) -> Any:
+    try:
+        return decode(data)
+    except Exception as exc:  # noqa: BLE001 - a serde may raise anything on foreign bytes
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise _Undecodable(f"cannot decode the {side}: {reason}") from None
+
+
+RAW = Decoder("raw")
+
+
+def schema_decoder(schema: str) -> Decoder:
+    serde = AvroSerde(load_schema(schema))
+    return Decoder(f"Avro schema {schema}", value=serde.deserialize)
+
+
+def service_decoder(pipeline: Pipeline, topic: str) -> Decoder:
+    """The decoder of ``topic`` as service ``pipeline`` reads or writes it; a ``ConfigError``
+    naming the service's topics when it is not one of them."""
+    decoders = _service_decoders(pipeline)
+    if topic not in decoders:
+        raise ConfigError(f"topic {topic!r} is not a topic of service {pipeline.name!r}: "
+                          f"{close_matches(topic, decoders)}")
+    return decoders[topic]
+
+
+def _service_decoders(pipeline: Pipeline) -> dict[str, Decoder]:
+    codec = ValueCodec(pipeline.types)
+    out = {pipeline.dead_letter.name: Decoder("raw (dead letters keep their original bytes)")}
+    for t in [*(s.topic for s in pipeline.sources()), *pipeline.sink_topics()]:
+        out[t.name] = Decoder(f"serdes of {t.name}", t.key_serde.bind(t.name, True).deserialize,
+                              t.value_serde.bind(t.name, False).deserialize)
+    for step in pipeline.steps.values():
+        if isinstance(step, S.KeyBy):
+            name = pipeline.repartition_topic(step.name)
+            value = step.value_serde.bind(name, False).deserialize if step.value_serde else codec.decode
+            out[name] = Decoder(f"repartition topic of {step.name}", step.key_serde.deserialize, value)
+    for store in pipeline.store_names():
+        out[pipeline.changelog_topic(store)] = Decoder(f"changelog of store {store}",
+                                                       entries=StoreLayout(pipeline, store))
+    return out
+
+
+@dataclass
+class TailRow:
+    """A record for display: decoded key and value, or ``error`` when it did not decode (then
+    ``key``/``value`` are the raw bytes, shown as such)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    key: Any
+    value: Any
+    headers: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def where(self) -> str:
+        return str(RecordCoordinates(self.topic, self.partition, self.offset))
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"topic": self.topic, "partition": self.partition, "offset": self.offset,
+               "timestamp": self.timestamp, "key": self.key, "value": self.value, "headers": self.headers}
+        if self.error is not None:
+            out["error"] = f"{self.where}: {self.error}"
+        return out
+
+
+def row(record: ReadRecord, decoder: Decoder) -> TailRow:
+    headers = {k: plain(raw_bytes(v)) if v is not None else None for k, v in record.headers}
+    base = TailRow(record.topic, record.partition, record.offset, record.timestamp, None, None, headers)
+    try:
+        base.key, base.value = decoder.decode(record.key, record.value)
+    except (ValueError, EOFError) as exc:
+        base.key = None if record.key is None else raw_bytes(record.key)
+        base.value = None if record.value is None else raw_bytes(record.value)
+        base.error = str(exc)
+    return base
+
+
+def start_positions(settings: Mapping[str, Any], topic: str, start: str | None,
+                    last: int) -> dict[tuple[str, int], int]:
+    """Where each partition is read from: ``start`` (earliest, latest, a time, topic:p:offset)
+    or, without it, ``last`` offsets before each partition's end."""
+    cluster = Cluster(settings)
+    try:
+        bounds = cluster.offsets(topic)  # also: an unknown topic fails here, with close matches
+    finally:
+        cluster.close()
+    if start is not None:
+        return resolve_positions(settings, [topic], start, option="--from", group="fw-tail")
+    return {(topic, p): max(low, high - last) for p, (low, high) in bounds.items()}
+
+
+def tail(settings: Mapping[str, Any], topic: str, decoder: Decoder, *, start: str | None = None, last: int = 10,
+         follow: bool = False) -> Iterator[TailRow]:
+    """The committed records of ``topic``: from ``start`` to the end, or (no ``start``) the
+    last ``last`` records by timestamp (at most: transaction markers take offsets too); then,
+    with ``follow``, every record as it arrives, until the caller stops iterating."""
+    positions = start_positions(settings, topic, start, last)
+    reader = TopicReader(settings, positions)
+    try:
+        first = _to_end(reader, len(positions))
+        if start is None:
+            first = sorted(first, key=lambda r: (r.timestamp or 0, r.partition, r.offset))[-last:] if last else []
+        for record in first:
+            yield row(record, decoder)
+        while follow:
+            records, _ = reader.read(_READ_TIMEOUT_S)
+            for record in records:
+                yield row(record, decoder)
+    finally:
+        reader.close()
+
+
+def _to_end(reader: TopicReader, partitions: int) -> list[ReadRecord]:
+    """Records until every partition has reported its end once: records written meanwhile
+    may come along, but a busy topic does not keep a tail without ``follow`` running."""
+    out: list[ReadRecord] = []
+    at_end: set[tuple[str, int]] = set()
+    while len(at_end) < partitions:
+        records, ended = reader.read(_READ_TIMEOUT_S)
+        out.extend(records)
+        at_end |= ended
+    return out

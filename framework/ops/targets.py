@@ -1,0 +1,94 @@
+"""What an operations command works on: the service a ``module:pipeline`` target names, the
+settings that reach its cluster, and decoded values made printable.
+
+``load_service`` turns every way a target can be wrong (no such module, no such attribute,
+not a pipeline) into one ``ConfigError`` line that names close matches among the packages
+of ``services/``.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import logging
+from collections.abc import Mapping
+from datetime import date, datetime
+from decimal import Decimal
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from framework.config import Config
+from framework.errors import ConfigError
+from framework.pipeline.definition import Pipeline
+
+_KAFKA_LOG = logging.getLogger("framework.ops.kafka")
+
+
+def is_target(service: str) -> bool:
+    """True for ``module:pipeline``; a bare name is a consumer-group id."""
+    return ":" in service
+
+
+def load_service(target: str) -> Pipeline:
+    """The pipeline ``target`` (``module:attribute``) names, imported from the current directory."""
+    from framework.cli.run import load_pipeline
+
+    try:
+        return load_pipeline(target)
+    except ImportError as exc:
+        module = target.partition(":")[0]
+        known = [f"services.{p.name}.pipeline:pipeline" for p in sorted(Path("services").glob("*/pipeline.py"))
+                 for p in [p.parent]]
+        near = difflib.get_close_matches(target, known, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(near)}?" if near else f"services here: {', '.join(known) or 'none'}"
+        raise ConfigError(f"cannot import {module!r} for service {target!r} ({exc}): {hint} (run fw from the "
+                          "project's root, or put the module on PYTHONPATH)") from None
+
+
+def load_config(config_file: str | None) -> Config:
+    """The configuration as ``fw run`` reads it: FW_CONFIG or ``config_file``, the environment."""
+    return Config.load(Path(config_file) if config_file else None)
+
+
+def client_settings(config: Config) -> dict[str, Any]:
+    """The connection settings of ``config`` for every client of a command. librdkafka's own
+    log lines go to Python logging (``framework.ops.kafka``): warnings and errors still reach
+    stderr, its informational chatter (a client closing with events queued) does not."""
+    return {**config.kafka.client_settings(), "logger": _KAFKA_LOG}
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON can carry it: tuples and sets as lists, bytes as text when they are
+    printable UTF-8 (else ``{"base64": ...}``), dates, decimals and enums as text, other
+    objects as their ``repr``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return raw_bytes(bytes(value))
+    if isinstance(value, Mapping):
+        return {k if isinstance(k, str) else str(plain(k)): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((plain(v) for v in value), key=repr)
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, Enum):
+        return plain(value.value)
+    if hasattr(value, "__dataclass_fields__"):
+        return {name: plain(getattr(value, name)) for name in value.__dataclass_fields__}
+    return repr(value)
+
+
+def raw_bytes(data: bytes) -> str | dict[str, str]:
+    """Bytes read without a serde: the text when they are printable UTF-8, else base64."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and (text.isprintable() or not text):
+        return text
+    return {"base64": base64.b64encode(data).decode()}
