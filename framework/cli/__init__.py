@@ -8,6 +8,7 @@ import click
 
 from framework.cli.broker import broker
 from framework.cli.demo import demo
+from framework.cli.ops import group, state, topics
 from framework.cli.new import new
 from framework.cli.replay import archive, replay
 from framework.cli.run import run
@@ -25,6 +26,9 @@ cli.add_command(demo)
 cli.add_command(run)
 cli.add_command(replay)
 cli.add_command(archive)
+cli.add_command(topics)
+cli.add_command(group)
+cli.add_command(state)
 cli.add_command(new)
 
 
