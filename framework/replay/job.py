@@ -14,6 +14,7 @@ imports pyspark.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -40,12 +41,15 @@ from framework.replay.stage import Carry, Row, StageTask
 ROW_FIELDS = [
     ("kind", pa.string()), ("pid", pa.int64()), ("k1", pa.int64()), ("k2", pa.int64()), ("k3", pa.int64()),
     ("topic", pa.string()), ("partition", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
-    ("ts", pa.int64()), ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-    ("text", pa.string()),
+    ("ts", pa.int64()), ("headers", pa.string()), ("text", pa.string()),
 ]
 ARROW_SCHEMA = pa.schema(ROW_FIELDS)
 SPARK_SCHEMA = ("kind string, pid long, k1 long, k2 long, k3 long, topic string, partition long, key binary, "
-                "value binary, ts long, headers array<struct<key:string,value:binary>>, text string")
+                "value binary, ts long, headers string, text string")
+# Between the JVM and the Python workers, headers travel as one JSON string (Spark's
+# ``to_json``: values in base64), null when a record has none: a nested array<struct> column
+# costs Spark a walk of its vectors for every row it adds to an Arrow batch, headers or not.
+KAFKA_HEADERS = "array<struct<key:string,value:binary>>"
 _OUT_BATCH = 4_096
 
 
@@ -110,7 +114,7 @@ class _Reporter:
     def add(self, n: int) -> None:
         self.read += n
         now = time.monotonic()
-        if self.sock is not None and now - self.last >= 1.0:
+        if self.sock is not None and self.address is not None and now - self.last >= 1.0:
             self.last = now
             try:
                 self.sock.sendto(f"{self.id} {self.read}".encode(), self.address)
@@ -118,24 +122,57 @@ class _Reporter:
                 pass
 
 
-def _items(batches: Iterator[pa.RecordBatch], report: _Reporter | None = None) -> Iterator[tuple[int, Record | Carry]]:
-    offset = itertools.count()
+def _chunks(batches: Iterator[pa.RecordBatch], report: _Reporter | None = None
+            ) -> Iterator[tuple[int, list[Record] | Carry]]:
+    """The input as ``(task, records)`` runs, one per task within each Arrow batch (the input
+    is sorted by task), and ``(task, clock)``; records of a repartition topic take their
+    position as offset."""
+    counter = itertools.count()
     for b in batches:
         if report is not None:
             report.add(b.num_rows)
         cols = b.to_pydict()
-        for kind, pid, topic, off, key, value, ts, headers in zip(
-                cols["kind"], cols["pid"], cols["topic"], cols["offset"], cols["key"], cols["value"], cols["ts"],
-                cols["headers"]):
-            if kind == "clock":
-                yield pid, Carry(value)
+        pids, kinds = cols["pid"], cols["kind"]
+        start = 0
+        for end in _runs(pids if "clock" not in kinds else list(zip(pids, kinds))):
+            pid = pids[start]
+            if kinds[start] == "clock":  # a task's clock: one per upstream task, after its records
+                for clock in cols["value"][start:end]:
+                    yield pid, Carry(clock)
             else:
-                hdrs = [(h["key"], h["value"]) for h in headers] if headers else None
-                yield pid, Record(topic, pid, next(offset) if off is None else off, key, value, ts, hdrs)
+                yield pid, [Record(t, pid, next(counter) if o is None else o, k, v, ts,
+                                   _decode_headers(h) if h else None)
+                            for t, o, k, v, ts, h in zip(cols["topic"][start:end], cols["offset"][start:end],
+                                                         cols["key"][start:end], cols["value"][start:end],
+                                                         cols["ts"][start:end], cols["headers"][start:end])]
+            start = end
+
+
+def _runs(keys: list[Any]) -> list[int]:
+    """Where each run of equal keys ends (usually one run: a batch of one task's records)."""
+    if keys[0] == keys[-1] and len(set(keys)) == 1:
+        return [len(keys)]
+    return [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
+
+
+def _decode_headers(text: str) -> list[tuple[str, bytes]]:
+    # a header without a value stays None, as the live consumer hands it to the runner
+    return [(h["key"], None if h.get("value") is None else base64.b64decode(h["value"]))  # type: ignore[misc]
+            for h in json.loads(text)]
+
+
+def _encode_headers(headers: list[tuple[str, bytes | None]]) -> str:
+    return json.dumps([{"key": k} if v is None else {"key": k, "value": base64.b64encode(v).decode()}
+                       for k, v in headers])
+
+
+_HEADERS = Row._fields.index("headers")
 
 
 def _batch(rows: list[Row]) -> pa.RecordBatch:
-    columns = list(zip(*rows))
+    columns: list[Any] = list(zip(*rows))
+    if any(columns[_HEADERS]):
+        columns[_HEADERS] = [_encode_headers(h) if h else None for h in columns[_HEADERS]]
     return pa.RecordBatch.from_arrays([pa.array(c, type=t) for c, (_, t) in zip(columns, ROW_FIELDS)],
                                       schema=ARROW_SCHEMA)
 
@@ -147,12 +184,12 @@ def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plan, pipeline = _setup(plan_json)
         report = _Reporter(progress, stage)
-        for pid, group in itertools.groupby(_items(batches, report), key=lambda item: item[0]):
+        for pid, group in itertools.groupby(_chunks(batches, report), key=lambda chunk: chunk[0]):
             task = StageTask(pipeline, plan, stage, pid, _writer(plan, stage, pid), plan.output.startswith("parquet"),
                              _injected_fault(stage, pid))
             try:
                 rows: list[Row] = []
-                for row in task.run(item for _, item in group):
+                for row in task.run(chunk for _, chunk in group):
                     rows.append(row)
                     if len(rows) >= _OUT_BATCH:
                         yield _batch(rows)
@@ -216,7 +253,8 @@ def _source_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
         df = _kafka_frame(spark, plan)
     df = df.select(F.lit("rec").alias("kind"), F.col("partition").cast("long").alias("pid"), "topic",
                    F.col("offset").cast("long").alias("offset"), "key", "value",
-                   F.unix_millis("timestamp").alias("ts"), "headers")
+                   F.unix_millis("timestamp").alias("ts"),
+                   F.when(F.size("headers") > 0, F.to_json("headers")).alias("headers"))
     if len(topics) == 1 and not plan.archive:
         return df  # one Spark partition per Kafka partition, in offset order: no shuffle needed
     index = F.array_position(F.array(*[F.lit(t) for t in topics]), F.col("topic")).cast("long")
@@ -265,8 +303,8 @@ class _Progress(threading.Thread):
         while not self.done.is_set():
             try:
                 data, _ = self.sock.recvfrom(256)
-                task, n = data.decode().split()
-                self.counts[task] = max(self.counts.get(task, 0), int(n))
+                task, count = data.decode().split()
+                self.counts[task] = max(self.counts.get(task, 0), int(count))
             except (OSError, ValueError):
                 pass
             if time.monotonic() - last_line >= self.every_s:
@@ -302,7 +340,8 @@ def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFram
     print(f"[replay] stage {stage} ({', '.join(plan.stages[stage])}): {summary(totals)}", flush=True)
     if plan.output.startswith("parquet:"):
         outputs = result.where(F.col("kind") == "out").select(
-            "topic", "partition", "key", "value", F.timestamp_millis("ts").alias("timestamp"), "headers")
+            "topic", "partition", "key", "value", F.timestamp_millis("ts").alias("timestamp"),
+            F.from_json("headers", KAFKA_HEADERS).alias("headers"))
         outputs.write.mode("append").partitionBy("topic").parquet(plan.output.removeprefix("parquet:"))
     return result, totals
 

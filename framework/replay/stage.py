@@ -147,14 +147,15 @@ class StageTask:
         self.carried: dict[str, Any] | None = None
         self.counts = {"read": 0, "outputs": 0, "state_entries": 0}
 
-    def run(self, items: Iterable[Record | Carry]) -> Iterator[Row]:
-        """Process everything, yielding rows as batches finish; the last rows are the clock
-        (or, at a bootstrap, nothing: the state went to the changelogs) and the stats."""
+    def run(self, chunks: Iterable[list[Record] | Carry]) -> Iterator[Row]:
+        """Process everything (records in the order they come, in lists of any length, and
+        the previous stage's clock), yielding rows as batches finish; the last rows are the
+        clock (or, at a bootstrap, nothing: the state went to the changelogs) and the stats."""
         started = time.monotonic()
         done = 0
         skip = self.writer.resume() if self.writer is not None else 0
         since_commit = 0
-        for batch in _batches(items, self.plan.batch_size, self._carry):
+        for batch in _batches(chunks, self.plan.batch_size, self._carry):
             self.runner.process(batch)
             self.runner.end_batch()
             done += len(batch)
@@ -220,19 +221,35 @@ class StageTask:
             self.writer.close()
 
 
-def _batches(items: Iterable[Record | Carry], size: int, carry: Any) -> Iterator[list[Record]]:
-    """Records in batches of ``size``; a carried clock is handed to ``carry``, not processed."""
+def _batches(chunks: Iterable[list[Record] | Carry], size: int, carry: Any) -> Iterator[list[Record]]:
+    """Records in batches of ``size`` whatever lists they came in; a carried clock is handed
+    to ``carry``, not processed."""
     batch: list[Record] = []
-    for item in items:
-        if type(item) is Carry:
-            carry(item)
+    for chunk in chunks:
+        if type(chunk) is Carry:
+            carry(chunk)
             continue
-        batch.append(item)  # type: ignore[arg-type]
-        if len(batch) >= size:
-            yield batch
-            batch = []
+        batch.extend(chunk)  # type: ignore[arg-type]
+        while len(batch) >= size:
+            yield batch[:size]
+            del batch[:size]
     if batch:
         yield batch
+
+
+def chunked(items: Iterable[Record | Carry]) -> Iterator[list[Record] | Carry]:
+    """One item after the other as ``StageTask.run`` takes them: runs of records, and clocks."""
+    run: list[Record] = []
+    for item in items:
+        if type(item) is Carry:
+            if run:
+                yield run
+                run = []
+            yield item
+        else:
+            run.append(item)  # type: ignore[arg-type]
+    if run:
+        yield run
 
 
 def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, int], list[Record]],
@@ -252,7 +269,7 @@ def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, i
             task = StageTask(pipeline, plan, stage, pid, writer_for(stage, pid) if writer_for else None,
                              keep_outputs)
             try:
-                for row in task.run(inputs[pid]):
+                for row in task.run(chunked(inputs[pid])):
                     (nexts if row.kind in ("next", "clock") else everything[row.kind]).append(row)
             finally:
                 task.close()

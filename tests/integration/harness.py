@@ -186,15 +186,16 @@ class Tail:
 
 # -- event time: records to chosen partitions, committed offsets, committed timers ----------
 
-def produce_to_partitions(bootstrap: str, topic: str,
-                          records: Iterable[tuple[int, bytes | None, bytes | None]]) -> int:
-    """Produce ``(partition, key, value)`` records, each to its partition, in order within it."""
+def produce_to_partitions(bootstrap: str, topic: str, records: Iterable[tuple[Any, ...]]) -> int:
+    """Produce ``(partition, key, value)`` or ``(partition, key, value, headers)`` records,
+    each to its partition, in order within it."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     n = 0
-    for partition, key, value in records:
+    for partition, key, value, *headers in records:
         while True:
             try:
-                producer.produce(topic, key=key, value=value, partition=partition)
+                producer.produce(topic, key=key, value=value, partition=partition,
+                                 headers=headers[0] if headers else None)
                 break
             except BufferError:
                 producer.poll(0.1)

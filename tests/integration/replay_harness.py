@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from framework.pipeline import Pipeline
@@ -69,6 +70,20 @@ def _blank_clock(value: Any) -> bool:
 def output_ends(bootstrap: str, pipeline: Pipeline) -> dict[str, dict[int, int]]:
     """Where each output topic ends now: ``results(..., since=)`` reads what comes after."""
     return {t: end_offsets(bootstrap, t) for t in output_topics(pipeline)}
+
+
+def parquet_outputs(path: Path, pipeline: Pipeline) -> dict[str, list[Record]]:
+    """The outputs a ``--output parquet:PATH`` replay wrote, by topic, as ``results`` reads
+    them from Kafka (the row's place in its file stands for the offset)."""
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(path, format="parquet", partitioning="hive").to_table()
+    out: dict[str, list[Record]] = {t: [] for t in output_topics(pipeline)}
+    for i, row in enumerate(table.to_pylist()):
+        headers = {h["key"]: h["value"] for h in row["headers"] or []}
+        partition = -1 if row["partition"] is None else row["partition"]
+        out[row["topic"]].append(Record(partition, i, row["key"], row["value"], headers))
+    return out
 
 
 def results(bootstrap: str, pipeline: Pipeline, suffix: str = "",
@@ -145,7 +160,8 @@ def compare(pipeline: Pipeline, live: Results, replayed: Results) -> list[str]:
         mine = replayed.outputs[topic]
         if topic == pipeline.dead_letter.name:
             def letters(rs: list[Record]) -> Counter[Any]:
-                return Counter((r.key, r.value, r.headers.get("fw.step"), r.headers.get("fw.error.type"))
+                return Counter((r.key, r.value, r.headers.get("fw.step"), r.headers.get("fw.error.type"),
+                                tuple(sorted((k, v) for k, v in r.headers.items() if not k.startswith("fw."))))
                                for r in rs)
             if letters(records) != letters(mine):
                 problems.append(f"dead letters differ: live {letters(records)}, replay {letters(mine)}")

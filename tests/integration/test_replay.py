@@ -20,9 +20,24 @@ from framework.broker.local import free_port_pair
 from framework.kafka.groups import active_members
 from framework.replay.submit import connector_jars, environment, spark_home
 from tests.integration.harness import ServiceProcess, produce_to_partitions, read_topic, wait_until
-from tests.integration.replay_harness import Results, assert_same, fw_replay, output_ends, results
-from tests.integration.test_replay_parity import (Case, avro_numbers, even_odd, event_time_windows, prepare,
-                                                  replay, run_live, sensors_service)
+from tests.integration.replay_harness import (
+    Results,
+    assert_same,
+    fw_replay,
+    output_ends,
+    parquet_outputs,
+    results,
+)
+from tests.integration.test_replay_parity import (
+    Case,
+    avro_numbers,
+    even_odd,
+    event_time_windows,
+    prepare,
+    replay,
+    run_live,
+    sensors_service,
+)
 
 
 def test_a_retried_task_writes_nothing_twice(kafka_bootstrap: str, unique: str, tmp_path: Path,
@@ -112,7 +127,8 @@ def test_a_replay_on_a_standalone_cluster_equals_the_live_run(kafka_bootstrap: s
 def test_an_archive_replays_like_its_topic(kafka_bootstrap: str, unique: str, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch, services: list[ServiceProcess]) -> None:
     """``fw archive`` writes the sources as Parquet; ``fw replay --archive`` of it gives the
-    live run's outputs and state, as a replay of the topics does."""
+    live run's outputs (here written as Parquet, dead letters with their headers) and state,
+    as a replay of the topics does."""
     case = Case("avro_numbers", avro_numbers)
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
@@ -123,8 +139,11 @@ def test_an_archive_replays_like_its_topic(kafka_bootstrap: str, unique: str, tm
     archived = fw_replay(["archive", source, "--path", str(path), "--master", "local[2]"], env)
     assert archived.returncode == 0, archived.stderr[-5000:]
     assert f"[replay] archived {sum(1 for _ in case.history(unique)[source]):,} records" in archived.stdout
-    replay(case, env, "--archive", str(path), "--bootstrap", "--output", "topic", "--output-suffix", "-archive")
-    assert_same(pipeline, live, results(kafka_bootstrap, pipeline, "-archive"))
+    outputs = tmp_path / "outputs"
+    replay(case, env, "--archive", str(path), "--bootstrap", "--output", f"parquet:{outputs}")
+    replayed = Results(parquet_outputs(outputs, pipeline), results(kafka_bootstrap, pipeline).state)
+    assert any(r.headers.get("origin") for r in replayed.outputs[pipeline.dead_letter.name])
+    assert_same(pipeline, live, replayed)
 
 
 def _renamed(value: object, mine: str, theirs: str) -> object:

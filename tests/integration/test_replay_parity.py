@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,8 +25,10 @@ from framework.serde import AvroSerde, load_schema
 from tests.integration.harness import ServiceProcess, produce_to_partitions, service_env, wait_until
 from tests.integration.replay_harness import assert_same, caught_up, fw_replay, results
 
-History = dict[str, list[tuple[int, bytes | None, bytes | None]]]  # topic -> (partition, key, value)
+History = dict[str, list[tuple[Any, ...]]]  # topic -> (partition, key, value[, headers])
 POISON = [b"\xff\xfe not json nor avro", b"\x00", b"{\"truncated\":"]
+# A poison record's headers go into its dead letter: one with a binary value, one without.
+POISON_HEADERS = [("origin", b"\x00\xffsensor-7"), ("trace", None)]
 
 
 def _json(rows: list[tuple[str, dict]], partitions: int, rng: random.Random) -> list[tuple[int, bytes, bytes]]:
@@ -35,7 +38,7 @@ def _json(rows: list[tuple[str, dict]], partitions: int, rng: random.Random) -> 
         p = partition_for(key.encode(), partitions)
         out.append((p, key.encode(), json.dumps(value).encode()))
         if i % 97 == 13:
-            out.append((p, key.encode(), rng.choice(POISON)))
+            out.append((p, key.encode(), rng.choice(POISON), POISON_HEADERS))
     return out
 
 
@@ -54,7 +57,7 @@ def even_odd_service(s: str) -> History:
     serde = AvroSerde(load_schema("demo.Number"))
     rows = [(str(n % 10), n) for n in range(1, 401)]
     out = [(partition_for(k.encode(), 4), k.encode(), serde.serialize({"n": n})) for k, n in rows]
-    out[50:50] = [(partition_for(b"3", 4), b"3", POISON[0])]
+    out[50:50] = [(partition_for(b"3", 4), b"3", POISON[0], POISON_HEADERS)]
     return {f"numbers-{s}": out}
 
 
@@ -97,7 +100,7 @@ def avro_numbers(s: str) -> History:
     serde = AvroSerde(load_schema("demo.Number"))
     out = [(partition_for(str(i % 9).encode(), 4), str(i % 9).encode(), serde.serialize({"n": i * 7}))
            for i in range(300)]
-    out[33:33] = [(partition_for(b"x", 4), b"x", b"\xff\xff\xff")]
+    out[33:33] = [(partition_for(b"x", 4), b"x", b"\xff\xff\xff", POISON_HEADERS)]
     return {f"avro-numbers-{s}": out}
 
 
