@@ -12,9 +12,11 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import py_compile
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -82,13 +84,14 @@ def package(target: str, into: Path, root: Path | None = None) -> Path:
     out = into / "deps.zip"
     top = target.partition(":")[0].split(".")[0]
     spec = importlib.util.find_spec(top)
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        _add_tree(z, Path(framework.__file__).parent, "framework")
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z, tempfile.TemporaryDirectory() as scratch:
+        pyc = Path(scratch) / "module.pyc"
+        _add_tree(z, Path(framework.__file__).parent, "framework", pyc)
         for name, origin in sorted(_project_modules(top).items()):
             if origin.name == "__init__.py":
-                _add_tree(z, origin.parent, name)
+                _add_tree(z, origin.parent, name, pyc)
             else:
-                z.write(origin, origin.name)
+                _add_module(z, origin, origin.name, pyc)
         if spec is not None and spec.origin is not None and top != "framework":
             origin = Path(spec.origin)
             schemas = (origin.parent.parent if origin.name == "__init__.py" else origin.parent) / "schemas"
@@ -120,10 +123,23 @@ def _project_modules(top: str) -> dict[str, Path]:
     return found
 
 
-def _add_tree(z: zipfile.ZipFile, directory: Path, name: str) -> None:
+def _add_tree(z: zipfile.ZipFile, directory: Path, name: str, pyc: Path) -> None:
     for f in sorted(directory.rglob("*")):
         if f.is_file() and "__pycache__" not in f.parts and f.suffix in (".py", ".typed", ".xml", ".properties"):
-            z.write(f, f"{name}/{f.relative_to(directory).as_posix()}")
+            _add_module(z, f, f"{name}/{f.relative_to(directory).as_posix()}", pyc)
+
+
+def _add_module(z: zipfile.ZipFile, source: Path, arcname: str, pyc: Path) -> None:
+    """A file, and beside a module its bytecode (compiled through ``pyc``): zipimport runs a
+    ``.pyc`` it finds next to the ``.py`` instead of compiling the source again in every
+    Python worker. Unchecked-hash bytecode (PEP 552) needs no timestamps, which a zip keeps
+    only to two seconds; a worker on another Python version sees another magic number and
+    compiles the ``.py``."""
+    z.write(source, arcname)
+    if source.suffix == ".py":
+        py_compile.compile(str(source), cfile=str(pyc), dfile=arcname, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        z.write(pyc, arcname + "c")
 
 
 def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs: list[str], name: str,
