@@ -41,7 +41,7 @@ from framework.pipeline import Pipeline, Topic
 from framework.runtime.service import Service
 from framework.runtime.topics import ensure_service_topics
 
-__all__ = ["InputRecord", "ServiceDemo", "demo_packages", "run_service_demo"]
+__all__ = ["InputRecord", "OutputRecord", "ServiceDemo", "demo_packages", "load_demo", "run_service_demo"]
 
 InputRecord = tuple[Any, Any, int]  # (key, value, timestamp ms), before encoding
 OutputRecord = tuple[Any, Any]  # (key, value), decoded
