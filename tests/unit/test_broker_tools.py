@@ -45,12 +45,16 @@ def test_taken_port_is_one_line_naming_the_port_and_the_setting(tmp_path: Path) 
     only_java.mkdir()
     java = subprocess.run(["which", "java"], capture_output=True, text=True).stdout.strip()
     (only_java / "java").symlink_to(os.path.realpath(java))
+    from framework.broker.local import free_port_pair
+
+    # The controller port (client + 1) is the taken one here. Both ports of the pair were
+    # free a moment ago: an ephemeral port's neighbour could be in use by anything.
+    client = free_port_pair(39800, 39990)
     with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
+        holder.bind(("127.0.0.1", client + 1))
         holder.listen()
         taken = holder.getsockname()[1]
-        # The controller port (client + 1) is the taken one here.
-        proc = _start_with_path(tmp_path, only_java, port=taken - 1)
+        proc = _start_with_path(tmp_path, only_java, port=client)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
