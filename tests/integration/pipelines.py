@@ -343,3 +343,27 @@ def svc_fire_alarm() -> Pipeline:
     from services.fire_alarm.pipeline import build_pipeline
 
     return build_pipeline(f"-{_suffix()}")
+
+
+def svc_fraud_detection() -> Pipeline:
+    from services.fraud_detection.pipeline import build_pipeline
+
+    return build_pipeline(f"-{_suffix()}")
+
+
+def svc_click_sessions() -> Pipeline:
+    from services.click_sessions.pipeline import build_pipeline
+
+    return build_pipeline(f"-{_suffix()}")
+
+
+def svc_traffic() -> Pipeline:
+    from services.traffic.pipeline import build_pipeline
+
+    return build_pipeline(f"-{_suffix()}")
+
+
+def svc_sales_per_month() -> Pipeline:
+    from services.sales_per_month.pipeline import build_pipeline
+
+    return build_pipeline(f"-{_suffix()}")

@@ -91,6 +91,26 @@ def fire_alarm_service(s: str) -> History:
     return {f"sensor-events-{s}": _json(rows, 4, rng)}
 
 
+def demo_history(package: str, records: int, seed: int) -> Callable[[str], History]:
+    """The history of an example service: its demo's generated input (``services/<package>/
+    demo.py``), encoded with the service's own serdes into its source's partitions by key,
+    with a poison record."""
+    def history(s: str) -> History:
+        from framework.demos import load_demo
+
+        demo, build = load_demo(package)
+        pipeline = build(f"-{s}")
+        source = next(src.topic for src in pipeline.sources() if src.topic.name == f"{demo.source}-{s}")
+        partitions = source.partitions or pipeline.default_partitions
+        out: list[tuple[Any, ...]] = []
+        for key, value, _ in demo.generate(records, seed):
+            k = source.key_serde.serialize(key)
+            out.append((partition_for(k, partitions), k, source.value_serde.serialize(value)))
+        out[records // 3:records // 3] = [(out[0][0], out[0][1], POISON[0], POISON_HEADERS)]
+        return {source.name: out}
+    return history
+
+
 def even_odd(s: str) -> History:
     rows = [(str(n % 7), n) for n in range(1, 301)]
     return {f"numbers-{s}": _json(rows, 4, random.Random(5))}
@@ -169,6 +189,10 @@ class Case:
 CASES = [
     Case("svc_even_odd", even_odd_service), Case("svc_hashtags", hashtags_service),
     Case("svc_sensors", sensors_service), Case("svc_fire_alarm", fire_alarm_service),
+    Case("svc_fraud_detection", demo_history("fraud_detection", 400, 1)),
+    Case("svc_click_sessions", demo_history("click_sessions", 400, 2)),
+    Case("svc_traffic", demo_history("traffic", 600, 3)),
+    Case("svc_sales_per_month", demo_history("sales_per_month", 400, 4)),
     Case("even_odd", even_odd), Case("avro_numbers", avro_numbers),
     Case("two_drivers", two_drivers, {"FW_TEST_PARTITIONS": "3"}), Case("event_time_windows", event_time_windows),
     Case("fire_alarm", fire_alarm), Case("fast_and_slow", fast_and_slow), Case("word_counts", word_counts),
