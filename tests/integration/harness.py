@@ -111,28 +111,39 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
 
 def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Record]:
     """Every record of ``topic`` visible at ``isolation``, up to the end of each partition."""
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    partitions = len(md.topics[topic].partitions)
+    return read_topics(bootstrap, [topic], isolation)[topic]
+
+
+def read_topics(bootstrap: str, topics: Iterable[str], isolation: str = "read_committed") -> dict[str, list[Record]]:
+    """Every record of each of ``topics`` visible at ``isolation``, up to the end of each
+    partition: one consumer for all of them."""
+    names = list(dict.fromkeys(topics))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assignment = [TopicPartition(t, p, OFFSET_BEGINNING)
+                  for t in names for p in admin.list_topics(t, timeout=10).topics[t].partitions]
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"reader-{time.time_ns()}", "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True,
+        "fetch.wait.max.ms": 10,  # the broker answers a fetch at the end of the log at once
     })
     # assigned, not subscribed: no group to join, each partition from its beginning
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions])
-    out: list[Record] = []
-    at_end: set[int] = set()
+    consumer.assign(assignment)
+    out: dict[str, list[Record]] = {t: [] for t in names}
+    at_end: set[tuple[str, int]] = set()
     deadline = time.monotonic() + 60
-    while len(at_end) < partitions:
-        assert time.monotonic() < deadline, f"reading {topic} did not reach the end"
-        for msg in consumer.consume(10_000, 1.0):
+    while len(at_end) < len(assignment):
+        assert time.monotonic() < deadline, f"reading {names} did not reach the end"
+        # a short wait: consume() waits out its timeout unless 10,000 records come, and the
+        # end of every partition (EOF) is what ends the loop
+        for msg in consumer.consume(10_000, 0.1):
             err = msg.error()
             if err is not None:
                 assert err.code() == KafkaError._PARTITION_EOF, err
-                at_end.add(msg.partition())
+                at_end.add((msg.topic(), msg.partition()))
                 continue
-            at_end.discard(msg.partition())
-            out.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                              {k: v for k, v in (msg.headers() or [])}))
+            at_end.discard((msg.topic(), msg.partition()))
+            out[msg.topic()].append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                           {k: v for k, v in (msg.headers() or [])}))
     consumer.close()
     return out
 

@@ -18,7 +18,7 @@ from framework.replay.plan import check_contract, input_stages, output_topics
 from framework.serde.values import ValueCodec
 from framework.time.clock import WATERMARK_HEADER
 from framework.time.watermarks import NO_WATERMARK
-from tests.integration.harness import ROOT, Record, committed_offsets, end_offsets, read_topic
+from tests.integration.harness import ROOT, Record, committed_offsets, end_offsets, read_topics
 
 
 def fw_replay(args: list[str], env: dict[str, str], timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
@@ -32,8 +32,8 @@ def caught_up(bootstrap: str, pipeline: Pipeline) -> Callable[[], bool]:
     """For ``wait_until``: the service's group has committed past the last record (as it is
     now) of every input partition."""
     last: dict[str, dict[int, int]] = {}
-    for topic in pipeline.input_topics():
-        for r in read_topic(bootstrap, topic):
+    for topic, records in read_topics(bootstrap, pipeline.input_topics()).items():
+        for r in records:
             last.setdefault(topic, {})[r.partition] = max(last.get(topic, {}).get(r.partition, -1), r.offset)
 
     def done() -> bool:
@@ -90,14 +90,16 @@ def results(bootstrap: str, pipeline: Pipeline, suffix: str = "",
             since: dict[str, dict[int, int]] | None = None) -> Results:
     """The outputs (of topics ``t + suffix``, from the offsets ``since`` on when given) and the
     state in the changelogs; outputs are keyed by the pipeline's own topic names."""
-    outputs = {t: [r for r in read_topic(bootstrap, f"{t}{suffix}")
+    changelogs = {store: pipeline.changelog_topic(store) for store in pipeline.store_names()}
+    read = read_topics(bootstrap, [f"{t}{suffix}" for t in output_topics(pipeline)] + list(changelogs.values()))
+    outputs = {t: [r for r in read[f"{t}{suffix}"]
                    if not _is_control(r) and r.offset >= (since or {}).get(t, {}).get(r.partition, 0)]
                for t in output_topics(pipeline)}
     codec = ValueCodec(pipeline.types)
     state: dict[str, dict[tuple[int, bytes], Any]] = {}
     for store in pipeline.store_names():
         latest: dict[tuple[int, bytes], bytes | None] = {}
-        for r in sorted(read_topic(bootstrap, pipeline.changelog_topic(store)), key=lambda r: (r.partition, r.offset)):
+        for r in sorted(read[changelogs[store]], key=lambda r: (r.partition, r.offset)):
             latest[(r.partition, r.key or b"")] = r.value
         decoded = {pk: codec.decode(v) for pk, v in latest.items() if v is not None}
         decoded = {pk: v for pk, v in decoded.items() if not _blank_clock(v)}
