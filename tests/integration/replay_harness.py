@@ -29,21 +29,37 @@ def fw_replay(args: list[str], env: dict[str, str], timeout_s: float = 600) -> s
 
 
 def caught_up(bootstrap: str, pipeline: Pipeline) -> Callable[[], bool]:
-    """For ``wait_until``: the service's group has committed past the last record (as it is
-    now) of every input partition."""
-    last: dict[str, dict[int, int]] = {}
-    for topic, records in read_topics(bootstrap, pipeline.input_topics()).items():
-        for r in records:
-            last.setdefault(topic, {})[r.partition] = max(last.get(topic, {}).get(r.partition, -1), r.offset)
+    """For ``wait_until``: the service's group has committed past the last record of every
+    source partition (as it is now) and then of every repartition partition. A repartition
+    topic is complete only once the sources are committed (their offsets commit in the
+    transaction that wrote the repartitioned records), so it is read at that point, not
+    when the wait starts, when it may be empty."""
+    sources = [s.topic.name for s in pipeline.sources()]
+    internal = [t for t in pipeline.input_topics() if t not in sources]
+    source_ends = _last_offsets(bootstrap, sources)
 
     def done() -> bool:
-        for topic, ends in last.items():
-            committed = committed_offsets(bootstrap, pipeline.name, topic)
-            if any(committed.get(p, 0) <= offset for p, offset in ends.items()):
-                return False
-        return True
+        return _committed_past(bootstrap, pipeline.name, source_ends) and (
+            not internal or _committed_past(bootstrap, pipeline.name, _last_offsets(bootstrap, internal)))
 
     return done
+
+
+def _last_offsets(bootstrap: str, topics: list[str]) -> dict[str, dict[int, int]]:
+    """Each partition's last record offset (partitions without records left out)."""
+    last: dict[str, dict[int, int]] = {}
+    for topic, records in read_topics(bootstrap, topics).items():
+        for r in records:
+            last.setdefault(topic, {})[r.partition] = max(last.get(topic, {}).get(r.partition, -1), r.offset)
+    return last
+
+
+def _committed_past(bootstrap: str, group: str, last: dict[str, dict[int, int]]) -> bool:
+    for topic, ends in last.items():
+        committed = committed_offsets(bootstrap, group, topic)
+        if any(committed.get(p, 0) <= offset for p, offset in ends.items()):
+            return False
+    return True
 
 
 def _is_control(r: Record) -> bool:
