@@ -129,6 +129,8 @@ def _chunks(batches: Iterator[pa.RecordBatch], report: _Reporter | None = None
     position as offset."""
     counter = itertools.count()
     for b in batches:
+        if b.num_rows == 0:
+            continue
         if report is not None:
             report.add(b.num_rows)
         cols = b.to_pydict()

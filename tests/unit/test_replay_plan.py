@@ -129,3 +129,28 @@ def test_the_stages_in_process_give_the_test_drivers_results() -> None:
     sums_live, sums_replay = live("even-odd-sums-t"), replayed("even-odd-sums-t")
     assert {k: len(v) for k, v in sums_replay.items()} == {k: len(v) for k, v in sums_live.items()}
     assert {k: v[-1] for k, v in sums_replay.items()} == {k: v[-1] for k, v in sums_live.items()}
+
+
+def test_arrow_batches_become_runs_of_records_per_task_with_their_headers_and_clocks() -> None:
+    """What a Spark task's Python worker hands the task runner: each Arrow batch split into
+    runs of one task's records, a carried clock on its own, headers decoded from the JSON
+    column (a header without a value stays without), empty batches skipped."""
+    import pyarrow as pa
+
+    from framework.replay.job import _chunks, _decode_headers, _encode_headers
+    from framework.replay.stage import Carry
+
+    headers = [("origin", b"\x00\xffbin"), ("trace", None)]
+    assert _decode_headers(_encode_headers(headers)) == headers  # type: ignore[arg-type]
+    empty = pa.RecordBatch.from_pydict({"kind": pa.array([], pa.string()), "pid": pa.array([], pa.int64())})
+    batch = pa.RecordBatch.from_pydict({
+        "kind": ["rec", "rec", "clock", "rec"], "pid": [0, 0, 0, 1], "topic": ["t"] * 4,
+        "offset": [7, 8, None, None], "key": [b"a", b"b", None, b"c"], "value": [b"1", b"2", b"clock", b"3"],
+        "ts": [1, 2, 0, 3], "headers": [_encode_headers(headers), None, None, None]})
+    runs = list(_chunks(iter([empty, batch])))
+    assert [pid for pid, _ in runs] == [0, 0, 1]
+    first, clock, last = (chunk for _, chunk in runs)
+    assert isinstance(first, list) and [(r.key(), r.offset(), r.headers()) for r in first] == [
+        (b"a", 7, list(headers)), (b"b", 8, None)]
+    assert clock == Carry(b"clock")
+    assert isinstance(last, list) and [(r.key(), r.value()) for r in last] == [(b"c", b"3")]
