@@ -136,7 +136,7 @@ def _chunks(batches: Iterator[pa.RecordBatch], report: _Reporter | None = None
         cols = b.to_pydict()
         pids, kinds = cols["pid"], cols["kind"]
         start = 0
-        for end in _runs(pids if "clock" not in kinds else list(zip(pids, kinds))):
+        for end in _runs(list(zip(pids, kinds))):
             pid = pids[start]
             if kinds[start] == "clock":  # a task's clock: one per upstream task, after its records
                 for clock in cols["value"][start:end]:
@@ -152,8 +152,6 @@ def _chunks(batches: Iterator[pa.RecordBatch], report: _Reporter | None = None
 
 def _runs(keys: list[Any]) -> list[int]:
     """Where each run of equal keys ends (usually one run: a batch of one task's records)."""
-    if keys[0] == keys[-1] and len(set(keys)) == 1:
-        return [len(keys)]
     return [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
 
 
@@ -293,7 +291,7 @@ class _Progress(threading.Thread):
 
     def records(self) -> int:
         latest: dict[str, int] = {}
-        for task, n in self.counts.items():  # a retried task: its latest attempt's count
+        for task in self.counts:  # a retried task: its latest attempt's count
             key, attempt = task.rsplit(":", 1)
             best = latest.get(key)
             if best is None or int(attempt) >= best:
