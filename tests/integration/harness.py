@@ -118,9 +118,9 @@ def read_topics(bootstrap: str, topics: Iterable[str], isolation: str = "read_co
     """Every record of each of ``topics`` visible at ``isolation``, up to the end of each
     partition: one consumer for all of them."""
     names = list(dict.fromkeys(topics))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
     assignment = [TopicPartition(t, p, OFFSET_BEGINNING)
-                  for t in names for p in admin.list_topics(t, timeout=10).topics[t].partitions]
+                  for t in names if t in md.topics for p in md.topics[t].partitions]
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"reader-{time.time_ns()}", "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True,

@@ -5,7 +5,9 @@ Topic and group names carry ``FW_TEST_SUFFIX`` so every test has its own.
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
 
 from framework.pipeline import Pipeline, Topic
 from framework.serde import AvroSerde, JsonSerde, StringSerde, load_schema
@@ -321,49 +323,18 @@ def upgrade_v2() -> Pipeline:
 # -- the services, with the test's suffix on their names (replay parity) ----------------------
 
 
-def svc_even_odd() -> Pipeline:
-    from services.even_odd.pipeline import build_pipeline
-
-    return build_pipeline(f"-{_suffix()}")
-
-
-def svc_hashtags() -> Pipeline:
-    from services.hashtags.pipeline import build_pipeline
-
-    return build_pipeline(f"-{_suffix()}")
+def _service(package: str) -> Callable[[], Pipeline]:
+    """``services/<package>``'s pipeline, built when called (the suffix is the test's)."""
+    def build() -> Pipeline:
+        return importlib.import_module(f"services.{package}.pipeline").build_pipeline(f"-{_suffix()}")
+    return build
 
 
-def svc_sensors() -> Pipeline:
-    from services.sensors.pipeline import build_pipeline
-
-    return build_pipeline(f"-{_suffix()}")
-
-
-def svc_fire_alarm() -> Pipeline:
-    from services.fire_alarm.pipeline import build_pipeline
-
-    return build_pipeline(f"-{_suffix()}")
-
-
-def svc_fraud_detection() -> Pipeline:
-    from services.fraud_detection.pipeline import build_pipeline
-
-    return build_pipeline(f"-{_suffix()}")
-
-
-def svc_click_sessions() -> Pipeline:
-    from services.click_sessions.pipeline import build_pipeline
-
-    return build_pipeline(f"-{_suffix()}")
-
-
-def svc_traffic() -> Pipeline:
-    from services.traffic.pipeline import build_pipeline
-
-    return build_pipeline(f"-{_suffix()}")
-
-
-def svc_sales_per_month() -> Pipeline:
-    from services.sales_per_month.pipeline import build_pipeline
-
-    return build_pipeline(f"-{_suffix()}")
+svc_even_odd = _service("even_odd")
+svc_hashtags = _service("hashtags")
+svc_sensors = _service("sensors")
+svc_fire_alarm = _service("fire_alarm")
+svc_fraud_detection = _service("fraud_detection")
+svc_click_sessions = _service("click_sessions")
+svc_traffic = _service("traffic")
+svc_sales_per_month = _service("sales_per_month")
