@@ -8,10 +8,11 @@ import click
 
 from framework.cli.broker import broker
 from framework.cli.demo import demo
-from framework.cli.ops import group, state, topics
 from framework.cli.new import new
+from framework.cli.ops import group, state, topics
 from framework.cli.replay import archive, replay
 from framework.cli.run import run
+from framework.cli.status import status
 from framework.errors import FrameworkError
 
 
@@ -29,6 +30,7 @@ cli.add_command(archive)
 cli.add_command(topics)
 cli.add_command(group)
 cli.add_command(state)
+cli.add_command(status)
 cli.add_command(new)
 
 

@@ -1,0 +1,173 @@
+"""``fw status SERVICE``: a running service's members, partitions, lag, watermarks,
+checkpoints and restores, from the broker and each member's ``/status`` endpoint.
+
+The logic is in ``framework.ops.status``; this module parses options and renders: one
+table (a row per member and task partition) and a line per member, or JSON with ``--json``;
+``--watch`` redraws them in place until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import click
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from framework.cli import output as out
+from framework.cli.ops import _common, _group_target, _settings
+from framework.errors import FrameworkError
+from framework.ops import status as S
+
+_DEFAULT_WATCH_S = 2.0
+
+
+@click.command()
+@click.argument("service")
+@click.option("--watch", "watch", type=click.FloatRange(min=0.1), is_flag=False, flag_value=_DEFAULT_WATCH_S,
+              default=None, metavar="[SECONDS]",
+              help=f"Refresh in place every SECONDS (default {_DEFAULT_WATCH_S:g}) until Ctrl-C.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=S.DEFAULT_TIMEOUT_S,
+              show_default=True, help="Seconds to wait for each member's /status.")
+@_common
+def status(service: str, watch: float | None, timeout_s: float, as_json: bool, config_file: str | None) -> None:
+    """Members of SERVICE (module:pipeline, or its consumer-group id) with their partitions,
+    state, lag, watermarks, checkpoint age and restore progress, from the broker and each
+    member's /status endpoint."""
+    name, pipeline = _group_target(service)
+    settings = _settings(config_file)
+
+    def current() -> S.ServiceStatus:
+        return S.service_status(settings, name, pipeline, timeout_s)
+
+    if watch is None:
+        if as_json:
+            out.emit_json(current().as_dict())
+        else:
+            out.console().print(render(current()))
+        return
+    try:
+        if as_json:
+            while True:
+                out.emit_json(current().as_dict(), lines=True)
+                time.sleep(watch)
+        else:
+            _watch_table(current, watch)
+    except KeyboardInterrupt:
+        return
+
+
+def _watch_table(current: Callable[[], S.ServiceStatus], every_s: float) -> None:
+    """Redraw the status every ``every_s`` seconds. The first failure is the command's error;
+    later ones (a broker restarting) are shown in place and the next refresh tries again."""
+    first = render(current())
+    with Live(first, console=out.console(), auto_refresh=False, transient=False) as live:
+        while True:
+            time.sleep(every_s)
+            try:
+                view = render(current())
+            except FrameworkError as exc:
+                view = Text(f"error: {exc} (trying again every {every_s:g}s; Ctrl-C stops)")
+            live.update(view, refresh=True)
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+COLUMNS = ["member", "endpoint", "partition", "state", "lag", "watermark", "delay", "checkpoint age",
+           "restore"]
+
+
+def render(st: S.ServiceStatus) -> RenderableType:
+    """The header line, the table and the member lines (or, with no members, the broker's
+    committed offsets and lag)."""
+    info = st.view.info
+    if not st.running:
+        head = (f"service {st.service} is not running: group {info.group} ({info.state}) has no members; "
+                f"committed lag {st.lag}")
+        return Group(Text(head), _table(["topic", "partition", "committed", "end", "lag"],
+                                        offset_cells(st)))
+    head = (f"service {st.service}  group {info.state}  members {len(st.members)}  "
+            f"committed lag {st.lag}")
+    return Group(Text(head), _table(COLUMNS, table_cells(st)), *(Text(line) for line in member_texts(st)))
+
+
+def _table(columns: list[str], cells: list[list[str]]) -> Table:
+    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for name in columns:
+        t.add_column(name, no_wrap=True, overflow="ellipsis")
+    previous = None
+    for row in cells:
+        if previous is not None and row[0] and row[0] != previous:
+            t.add_section()
+        previous = row[0] or previous
+        t.add_row(*row)
+    return t
+
+
+def table_cells(st: S.ServiceStatus) -> list[list[str]]:
+    """The table's cells: a row per member and task partition; the member, its endpoint and
+    its checkpoint age on its first row only."""
+    cells = []
+    for r in S.rows(st):
+        cells.append([r.instance if r.first else "", (r.endpoint or "-") if r.first else "",
+                      "-" if r.partition is None else str(r.partition), r.state, _n(r.lag),
+                      out.when(r.watermark_ms), duration(r.watermark_delay_s),
+                      duration(r.checkpoint_age_s) if r.first else "", restore_text(r.restore)])
+    return cells
+
+
+def offset_cells(st: S.ServiceStatus) -> list[list[str]]:
+    return [[r.topic, str(r.partition), _n(r.committed), str(r.end), str(r.lag)] for r in st.view.partitions]
+
+
+def member_texts(st: S.ServiceStatus) -> list[str]:
+    """A line per member: records processed and the rate, or why its endpoint did not answer."""
+    texts = []
+    for m in S.member_lines(st):
+        where = f"member {m.instance}" + (f" ({m.endpoint})" if m.endpoint else "")
+        if m.error is not None:
+            texts.append(f"{where}: {m.error}")
+            continue
+        flags = [m.state or "-", "healthy" if m.healthy else "unhealthy" if m.healthy is False else "",
+                 "ready" if m.ready else "not ready" if m.ready is False else ""]
+        rate = "-" if m.process_rate is None else f"{m.process_rate:,.1f}"
+        texts.append(f"{where}: {', '.join(f for f in flags if f)}; pid {_n(m.pid)}; "
+                     f"{_n(m.records_processed, ',')} records processed, {rate} records/s; lag {_n(m.lag)}")
+    return texts
+
+
+def _n(value: int | None, spec: str = "") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def duration(seconds: float | None) -> str:
+    """``0.4s``, ``12s``, ``2m05s``, ``3h07m`` (``-`` for none)."""
+    if seconds is None:
+        return "-"
+    sign, s = ("-" if seconds < 0 else ""), abs(seconds)
+    if s < 10:
+        return f"{sign}{s:.1f}s"
+    if s < 60:
+        return f"{sign}{s:.0f}s"
+    whole = round(s)
+    if whole < 3600:
+        return f"{sign}{whole // 60}m{whole % 60:02d}s"
+    return f"{sign}{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def restore_text(restore: Any) -> str:
+    """A partition's restore progress: ``1,200 restored, 3,400 left, ETA 4.0s``; ``-`` when it
+    does not restore."""
+    if not isinstance(restore, Mapping) or not restore:
+        return "-"
+    done, left = restore.get("restored"), restore.get("remaining")
+    eta = restore.get("eta_s")
+    parts = [f"{done:,} restored" if isinstance(done, int) else "? restored",
+             f"{left:,} left" if isinstance(left, int) else "? left"]
+    if isinstance(eta, (int, float)):
+        parts.append(f"ETA {duration(float(eta))}")
+    return ", ".join(parts)
