@@ -19,6 +19,7 @@ from typing import Any
 from framework.engine.compile import build_step
 from framework.engine.context import InputRecord, Output, TaskContext
 from framework.errors import DeserializationError, PipelineError, ProcessingError, RecordError, StateError
+from framework.logs import record_fields
 from framework.pipeline import steps as S
 from framework.pipeline.definition import TIME_STORE, Pipeline
 from framework.serde.values import ValueCodec, ValueSerde
@@ -236,7 +237,9 @@ class Task:
                                   "topic with its key and timestamp)")
         if self.fail_on_error:
             raise err from exc
-        log.error("dead letter: %s", err)
+        log.error("dead letter: %s", err, extra={
+            **record_fields(None, step, key=key), "partition": self.partition, "timestamp": ts,
+            "service": self.pipeline.name})
         headers = [("fw.step", step.encode()), ("fw.timer.timestamp", str(ts).encode()),
                    ("fw.error.type", type(exc).__name__.encode()), ("fw.error.message", str(err)[:4000].encode())]
         self.output.produce(self.pipeline.dead_letter.name, key, None, max(ts, 0), headers)
@@ -253,7 +256,8 @@ class Task:
         """Send the original bytes with their coordinates and the error to the dead-letter topic."""
         if error.coordinates is None:
             error.locate(self.ctx.coordinates())
-        log.error("dead letter: %s", error)
+        log.error("dead letter: %s", error, extra={
+            **record_fields(error.coordinates, error.step), "service": self.pipeline.name})
         headers = [
             ("fw.source.topic", msg.topic().encode()),
             ("fw.source.partition", str(msg.partition()).encode()),
