@@ -40,15 +40,17 @@ def load_pipeline(target: str) -> Pipeline:
 def run(target: str, processes: int, instance_id: str | None, config_file: str | None, log_level: str) -> None:
     """Run the service defined by TARGET (module:pipeline) until SIGTERM or SIGINT."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from pathlib import Path
+
+    from framework.config import Config
+
+    config = Config.load(Path(config_file) if config_file else None)
     if processes > 1:
         from framework.runtime.processes import supervise
 
         extra = ["--log-level", log_level] + (["--config", config_file] if config_file else [])
-        sys.exit(supervise(target, processes, extra))
-    from pathlib import Path
-
-    from framework.config import Config
+        sys.exit(supervise(target, processes, extra, config))
     from framework.runtime.service import run_service
 
     pipeline = load_pipeline(target)
-    run_service(pipeline, Config.load(Path(config_file) if config_file else None), instance_id)
+    run_service(pipeline, config, instance_id)
