@@ -232,8 +232,9 @@ def _int(value: Any) -> int | None:
 def rows(status: ServiceStatus) -> list[Row]:
     """A row per member and task partition: the member's own view where it answered (state,
     lag from its position, watermark, restore), the broker's otherwise (lag from the
-    committed offsets; state ``endpoint not answering``, or ``assigned`` for a partition
-    the group gave an answering member that its status does not list yet)."""
+    committed offsets, also where the member gives none yet; state ``endpoint not
+    answering``, or ``assigned`` for a partition the group gave an answering member that its
+    status does not list yet)."""
     broker_lag: dict[tuple[str, int], int] = {}
     for r in status.view.partitions:
         if r.member is not None:
@@ -260,8 +261,10 @@ def rows(status: ServiceStatus) -> list[Row]:
             entry = own.get(p)
             if entry is not None:
                 restore = entry.get("restore")
+                lag = _int(entry.get("lag"))
                 row = Row(m.instance, m.endpoint, p, sorted(topics.get(p, [])),
-                          str(entry.get("state") or member_state), _int(entry.get("lag")),
+                          str(entry.get("state") or member_state),
+                          broker_lag.get((m.client_id, p)) if lag is None else lag,
                           _int(entry.get("watermark_ms")), _num(entry.get("watermark_delay_s")),
                           checkpoint_age, restore if isinstance(restore, Mapping) else None, i == 0)
             else:  # the broker's view: not answering, or assigned and not in the member's status (yet)
