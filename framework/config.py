@@ -2,8 +2,8 @@
 
 Precedence, lowest first: defaults < TOML file (``file`` argument, else ``$FW_CONFIG``) <
 environment < explicit overrides. The TOML file has the sections ``[kafka]``,
-``[kafka.security]``, ``[kafka.consumer]``, ``[kafka.producer]``, ``[processing]`` and
-``[state]``. Environment variables::
+``[kafka.security]``, ``[kafka.consumer]``, ``[kafka.producer]``, ``[processing]``,
+``[state]`` and ``[observe]``. Environment variables::
 
     FW_<SECTION>__<FIELD>           FW_PROCESSING__CHECKPOINT_INTERVAL_MS=500, FW_STATE__DIR=/x
     FW_KAFKA_SECURITY__<KEY>        librdkafka keys, "_" -> ".": SASL_PASSWORD -> sasl.password
@@ -24,13 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, get_origin, get_type_hints
+from types import MappingProxyType, UnionType
+from typing import Any, get_args, get_origin, get_type_hints
 
 from framework.errors import ConfigError
 
 __all__ = [
-    "Config", "Guarantee", "KafkaConfig", "OnError", "ProcessingConfig", "StateConfig", "is_secret"
+    "Config", "Guarantee", "KafkaConfig", "ObserveConfig", "OnError", "ProcessingConfig", "StateConfig",
+    "is_secret"
 ]
 
 # Substrings of librdkafka (or our) keys whose values are credentials.
@@ -125,12 +126,26 @@ class StateConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ObserveConfig:
+    """Each member's HTTP endpoint (status page, /metrics, /health, /ready, /status) and the
+    metrics behind it (docs/observability.md)."""
+
+    enabled: bool = True
+    host: str = "0.0.0.0"
+    port: int | None = None  # None: 9400, or a free port when 9400 is taken; 0: a free port
+    advertised_host: str = ""  # empty: the address the broker sees the member connect from
+    interval_ms: int = 1000
+    health_timeout_ms: int = 60000
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole configuration. Build it with ``Config.load()``; it is immutable."""
 
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     processing: ProcessingConfig = field(default_factory=ProcessingConfig)
     state: StateConfig = field(default_factory=StateConfig)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
 
     @classmethod
     def load(
@@ -175,13 +190,17 @@ class Config:
                 raise ConfigError(f"kafka.{section} must not set {key!r}: {reason}")
         if processing.guarantee is Guarantee.EXACTLY_ONCE:
             _check_transaction_timeout(kafka, processing)
+        port = self.observe.port
+        if port is not None and not 0 <= port <= 65535:
+            raise ConfigError(f"observe.port={port} is not a TCP port; use 1-65535, or 0 for any free port")
 
     def redacted(self) -> dict[str, Any]:
         """Plain nested dict for logging, with every secret replaced by ``"***"``."""
         return {name: _plain(getattr(self, name)) for name in _SECTIONS}
 
 
-_SECTIONS: dict[str, type] = dict(kafka=KafkaConfig, processing=ProcessingConfig, state=StateConfig)
+_SECTIONS: dict[str, type] = {"kafka": KafkaConfig, "processing": ProcessingConfig, "state": StateConfig,
+                                  "observe": ObserveConfig}
 _MAPPING_FIELDS = ("security", "consumer", "producer")
 _HINTS = {cls: get_type_hints(cls) for cls in _SECTIONS.values()}
 _ALIASES = {
@@ -202,6 +221,8 @@ _MINIMUMS = (  # (section, field, smallest allowed value)
     ("processing", "max_tolerated_downtime_ms", 0),
     ("processing", "watermark_interval_ms", 1),
     ("processing", "stall_warning_ms", 1),
+    ("observe", "interval_ms", 1),
+    ("observe", "health_timeout_ms", 1),
 )
 _RESERVED = (  # settings the framework owns; a second way to set them would be ambiguous
     *((m, "bootstrap.servers", "use kafka.bootstrap_servers") for m in _MAPPING_FIELDS),
@@ -210,6 +231,8 @@ _RESERVED = (  # settings the framework owns; a second way to set them would be 
     ("consumer", "group.id", "the consumer group is the service name"),
 )
 
+_BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
+             "off": False}
 _Values = dict[str, dict[str, Any]]  # section -> field -> converted value
 
 
@@ -325,6 +348,16 @@ def _set(values: _Values, section: str, name: str, raw: Any, where: str) -> None
 
 
 def _convert(hint: Any, raw: Any, where: str, name: str) -> Any:
+    if isinstance(hint, UnionType):  # ``int | None``: None (or an empty string) unsets it
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return None
+        hint = next(h for h in get_args(hint) if h is not type(None))
+    if hint is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _BOOLEANS:
+            return _BOOLEANS[raw.strip().lower()]
+        raise ConfigError(f"{where}={raw!r} is not valid; expected true or false")
     if isinstance(hint, type) and issubclass(hint, Enum):
         if isinstance(raw, hint):
             return raw

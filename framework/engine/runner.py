@@ -87,8 +87,9 @@ class TaskRunner:
         self.fault = fault
         self.codec = ValueCodec(pipeline.types)
         self.tasks: dict[int, Task] = {}
-        self.routes: dict[TP, tuple[Handler, Task]] = {}
+        self.routes: dict[TP, tuple[Handler, Task, list[int]]] = {}
         self.records = 0  # processed, over the runner's life (not rolled back by aborts)
+        self.consumed: dict[TP, list[int]] = {}  # processed per input partition, the same way
         self._closed_counters: dict[str, int] = {}
 
     # -- tasks -----------------------------------------------------------------------------
@@ -101,7 +102,8 @@ class TaskRunner:
         """Run the task of ``partition`` from its stores as they are (restored, or new)."""
         task = self.tasks[partition] = self._new_task(partition)
         for topic in task.handlers:
-            self.routes[(topic, partition)] = (task.handlers[topic], task)
+            cell = self.consumed.setdefault((topic, partition), [0])
+            self.routes[(topic, partition)] = (task.handlers[topic], task, cell)
         return task
 
     def stop(self, partition: int) -> None:
@@ -140,7 +142,7 @@ class TaskRunner:
                 if unrouted is not None:
                     unrouted(msg)
                 continue
-            handler, task = route
+            handler, task, cell = route
             try:
                 if handler(msg):
                     continue  # a watermark control record, not a record
@@ -149,6 +151,7 @@ class TaskRunner:
                     raise
                 task.dead_letter(msg, err)
             n += 1
+            cell[0] += 1
         self.records += n
         return n
 
@@ -274,6 +277,13 @@ class TaskRunner:
         for task in self.tasks.values():
             _add(total, task.counters())
         return total
+
+    def consumed_by_topic(self) -> dict[str, int]:
+        """Records processed per input topic over the runner's life (``records``, split)."""
+        out: dict[str, int] = {}
+        for (topic, _), cell in self.consumed.items():
+            out[topic] = out.get(topic, 0) + cell[0]
+        return out
 
     def _fold_counters(self, task: Task) -> None:
         _add(self._closed_counters, task.counters())

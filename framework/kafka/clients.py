@@ -7,12 +7,21 @@ Consumed records are ``confluent_kafka.Message`` objects, which already have the
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from framework.engine.context import Headers
 from framework.errors import FatalKafkaError, KafkaClientError
@@ -79,6 +88,8 @@ class KafkaOutput:
         self._output_report = None if self.transactional else self._on_delivery
         self._changelog_ends: dict[TP, int] = {}
         self._delivery_error: KafkaError | None = None
+        self.produced: dict[str, int] = {}  # records sent per topic (for metrics)
+        self.aborts = 0
 
     # -- Output protocol -----------------------------------------------------------------
 
@@ -90,6 +101,8 @@ class KafkaOutput:
         # transaction's commit when any of its records fails delivery.
         part = _ANY_PARTITION if partition is None else partition
         hdrs = list(headers) if headers else None
+        produced = self.produced
+        produced[topic] = produced.get(topic, 0) + 1
         try:
             self._p.produce(topic, value, key, part, self._output_report, None, timestamp or 0, hdrs)
         except BufferError:
@@ -97,6 +110,7 @@ class KafkaOutput:
             self._produce(topic, {"key": key, "value": value, "partition": part,
                                   "timestamp": timestamp or 0, "headers": hdrs,
                                   "on_delivery": self._output_report})
+            produced[topic] -= 1  # _produce counted it again
 
     def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None,
                           headers: Headers) -> None:
@@ -104,6 +118,7 @@ class KafkaOutput:
                               "headers": list(headers or ()), "on_delivery": self._on_changelog})
 
     def _produce(self, topic: str, kwargs: dict[str, Any]) -> None:
+        self.produced[topic] = self.produced.get(topic, 0) + 1
         while True:
             try:
                 self._p.produce(topic, **kwargs)
@@ -162,13 +177,15 @@ class KafkaOutput:
     def abort(self, timeout_s: float) -> None:
         self._delivery_error = None
         self._changelog_ends = {}
+        self.aborts += 1
         self._p.abort_transaction(timeout_s)
 
 
 class GroupConsumer:
     """The service's consumer-group member (range assignment keeps inputs co-partitioned)."""
 
-    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+    def __init__(self, settings: Mapping[str, Any], group: str, *, client_id: str | None = None,
+                 stats_interval_ms: int = 0) -> None:
         conf: dict[str, Any] = {
             "group.id": group,
             "enable.auto.commit": False,
@@ -183,8 +200,37 @@ class GroupConsumer:
             "logger": log,
         }
         conf.update(settings)
+        if client_id:  # names the member's status endpoint to `fw status` (docs/observability.md)
+            conf["client.id"] = client_id
+        if stats_interval_ms:
+            conf["statistics.interval.ms"] = stats_interval_ms
+            conf["stats_cb"] = self._on_stats
         self._c = Consumer(conf)
         self.paused: set[TP] = set()
+        self._stats: dict[TP, tuple[int, int]] = {}  # (last stable offset, committed offset)
+
+    def _on_stats(self, raw: str) -> None:
+        """librdkafka's statistics (served by ``consume``): each partition's last stable offset
+        (the end a read_committed consumer reads to; librdkafka asks for it even while the
+        partition is paused) and committed offset."""
+        stats: dict[TP, tuple[int, int]] = {}
+        for topic, t in json.loads(raw).get("topics", {}).items():
+            for p, s in t.get("partitions", {}).items():
+                if int(p) >= 0:
+                    stats[(topic, int(p))] = (s.get("ls_offset", -1), s.get("committed_offset", -1))
+        self._stats = stats
+
+    @property
+    def partition_stats(self) -> dict[TP, tuple[int, int]]:
+        """``(end, position)`` per assigned partition (-1 where unknown): the last stable offset
+        from the statistics, the position consumed to (the committed offset before any)."""
+        out: dict[TP, tuple[int, int]] = {}
+        stats = self._stats
+        for tp in self._c.position(self._c.assignment()):
+            key = (tp.topic, tp.partition)
+            end, committed = stats.get(key, (-1, -1))
+            out[key] = (end, tp.offset if tp.offset >= 0 else committed)
+        return out
 
     def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
                   on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None]) -> None:
@@ -287,7 +333,8 @@ class GroupConsumer:
 class ChangelogReader:
     """Reads changelog partitions (read_committed) for restores; never joins a group."""
 
-    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+    def __init__(self, settings: Mapping[str, Any], group: str, *, client_id: str | None = None,
+                 stats_interval_ms: int = 0) -> None:
         conf: dict[str, Any] = {
             "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
             "enable.partition.eof": True, "auto.offset.reset": "earliest", "logger": log,

@@ -69,6 +69,8 @@ class Checkpointer:
         self.aborted = 0
         self.last_duration_s = 0.0
         self.last_completed_at = 0.0
+        self.committed_as_of = time.time()  # everything processed before this is committed
+        self.on_checkpoint: Callable[[float], None] = lambda duration_s: None
 
     def start(self) -> None:
         if self.exactly_once:
@@ -83,6 +85,7 @@ class Checkpointer:
     def checkpoint(self, reason: str) -> None:
         self.next_due = time.monotonic() + self.interval_s
         if not self.dirty:
+            self.committed_as_of = time.time()  # nothing new since the last one: all committed
             return
         started = time.monotonic()
         positions = self.consumer.positions()
@@ -94,8 +97,9 @@ class Checkpointer:
         self._begin()                                                           # 6
         self.dirty = False
         self.completed += 1
-        self.last_completed_at = time.time()
+        self.last_completed_at = self.committed_as_of = time.time()
         self.last_duration_s = time.monotonic() - started
+        self.on_checkpoint(self.last_duration_s)
         log.debug("checkpoint %d (%s): %d changelog records, positions %s, %.1f ms", self.completed,
                   reason, changelog_records, positions, self.last_duration_s * 1000)
 

@@ -4,25 +4,49 @@ Each child is a fresh ``fw run`` with its own ``--instance-id`` (0..N-1), so eac
 own transactional.id: a restarted child fences its killed predecessor's transaction at once
 instead of waiting for the transaction timeout. A child that dies from a signal is restarted;
 one that exits with an error is not (it would fail again the same way).
+
+The supervisor serves the status endpoint at the configured port for all the children
+(``framework.observe.supervisor``); each child serves its own on a free port.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+
+from framework.config import Config
+from framework.observe.metrics import MULTIPROC_ENV
+from framework.observe.server import StatusServer
+from framework.observe.supervisor import Children
 
 log = logging.getLogger("framework.processes")
 
 
-def supervise(target: str, processes: int, extra_args: list[str]) -> int:
+def supervise(target: str, processes: int, extra_args: list[str], config: Config | None = None) -> int:
+    obs = (config or Config.load()).observe
+    env = dict(os.environ)
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    view = server = None
+    if obs.enabled:
+        shared = env.get(MULTIPROC_ENV) or tempfile.mkdtemp(prefix="fw-metrics-")
+        Children.prepare(shared)
+        env[MULTIPROC_ENV], env["FW_OBSERVE__PORT"] = shared, "0"
+        view = Children(shared, obs.host, lambda: {str(i): c.pid for i, c in list(children.items())})
+        server = StatusServer(view, obs.host, obs.port).start()
+        log.info("status endpoint %s for all %d processes (/metrics sums them; each child serves its own "
+                 "too)", server.url, processes)
+
     def spawn(i: int) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "framework.cli", "run", target, "--instance-id", str(i), *extra_args]
-        return subprocess.Popen(cmd)
+        return subprocess.Popen(cmd, env=env)
 
-    children = {i: spawn(i) for i in range(processes)}
+    for i in range(processes):
+        children[i] = spawn(i)
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:
@@ -40,6 +64,8 @@ def supervise(target: str, processes: int, extra_args: list[str]) -> int:
             code = child.poll()
             if code is None:
                 continue
+            if view is not None:
+                view.child_died(str(i), child.pid)
             if code < 0 and not stopping:
                 log.warning("instance %d died from signal %d: restarting it", i, -code)
                 children[i] = spawn(i)
@@ -47,4 +73,6 @@ def supervise(target: str, processes: int, extra_args: list[str]) -> int:
             rc = rc or code
             del children[i]
         time.sleep(0.2)
+    if server is not None:
+        server.close()
     return rc

@@ -8,13 +8,19 @@ asks the broker for each changelog partition's topic id and offsets, reads the c
 batch is written with its offset in one WriteBatch, so a rebalance or a crash during a
 restore loses nothing and the next restore continues where this one stopped. The task's
 inputs stay paused meanwhile.
+
+Progress is reported per store partition (records applied and remaining, rate, ETA): in
+``progress()`` for ``/status`` and the metrics, and every few seconds as a log line (a
+progress bar instead when the log goes to a terminal).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from framework.engine.runner import ChangelogInfo, StoreRestore, TaskRunner
 from framework.kafka.clients import TP, ChangelogReader
@@ -30,7 +36,12 @@ class Restorer:
         self.pending: dict[int, set[TP]] = {}  # partition -> changelog partitions still restoring
         self.items: dict[TP, StoreRestore] = {}
         self.restored_records = 0
+        self.restored_by_store: dict[str, int] = {}
+        self.done: dict[TP, tuple[int, int]] = {}  # changelog partition -> (records applied, next offset)
+        self.on_progress: Callable[[], None] = lambda: None
         self._last_report = time.monotonic()
+        self._reported = 0
+        self._bar: _ProgressBar | None = None
 
     @property
     def busy(self) -> bool:
@@ -56,6 +67,7 @@ class Restorer:
             for item in items:
                 log.info("restoring %s[%d] from offset %d to about %d", item.store, p, item.start, item.end)
                 self.items[item.changelog] = item
+                self.done[item.changelog] = (0, item.start)
                 assign.append((item.changelog, item.start))
             if items:
                 self.pending[p] = {item.changelog for item in items}
@@ -78,13 +90,45 @@ class Restorer:
         for tp, records in batch.items():
             restore = self.items.get(tp)
             if restore is not None:
-                self.restored_records += self.runner.restore(restore, records)
+                n = self.runner.restore(restore, records)
+                self.restored_records += n
+                self.restored_by_store[restore.store] = self.restored_by_store.get(restore.store, 0) + n
+                applied, _ = self.done[tp]
+                self.done[tp] = (applied + n, records[-1][0] + 1)
         for tp in finished:
             self._finish(tp)
-        if time.monotonic() - self._last_report >= _PROGRESS_EVERY_S:
-            self._last_report = time.monotonic()
-            log.info("restore progress: %d records applied, %d partitions pending", self.restored_records,
-                     len(self.pending))
+        if batch or finished:
+            self.on_progress()
+            self._report()
+
+    def progress(self) -> list[dict[str, Any]]:
+        """Per store partition still restoring: records applied and (about) remaining."""
+        out = []
+        for tp, item in sorted(self.items.items()):
+            applied, position = self.done.get(tp, (0, item.start))
+            out.append({"store": item.store, "partition": item.partition, "restored": applied,
+                        "remaining": max(item.end - position, 0)})
+        return out
+
+    def _report(self) -> None:
+        """Every few seconds a log line per store partition (or a bar on a terminal)."""
+        now = time.monotonic()
+        if self._bar is None and _TERMINAL:
+            self._bar = _ProgressBar()
+        if self._bar is not None:
+            self._bar.update(self.progress())
+            if not self.pending:
+                self._bar.close()
+                self._bar = None
+            return
+        if now - self._last_report < _PROGRESS_EVERY_S:
+            return
+        rate = (self.restored_records - self._reported) / (now - self._last_report)
+        self._last_report, self._reported = now, self.restored_records
+        for p in self.progress():
+            eta = f", about {p['remaining'] / rate:.0f} s left" if rate > 0 else ""
+            log.info("restoring %s[%d]: %d records applied, %d remaining (%.0f records/s over all stores%s)",
+                     p["store"], p["partition"], p["restored"], p["remaining"], rate, eta)
 
     def _finish(self, tp: TP) -> None:
         partition = tp[1]
@@ -93,7 +137,10 @@ class Restorer:
             return
         todo.discard(tp)
         self.reader.remove(tp)
-        self.items.pop(tp, None)
+        item = self.items.pop(tp, None)
+        applied = self.done.pop(tp, (0, 0))[0]
+        if item is not None:
+            log.info("restored %s[%d]: %d records", item.store, partition, applied)
         if not todo:
             del self.pending[partition]
             self.on_restored(partition)
@@ -103,6 +150,54 @@ class Restorer:
         for tp in self.pending.pop(partition, set()):
             self.reader.remove(tp)
             self.items.pop(tp, None)
+            self.done.pop(tp, None)
 
     def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
         self.reader.close()
+
+
+_TERMINAL = sys.stderr.isatty()
+
+
+class _ProgressBar:
+    """Restore progress on a terminal: one rich bar per store partition, with rate and ETA."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            ProgressColumn,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+        from rich.text import Text
+
+        class Rate(ProgressColumn):
+            def render(self, task: Any) -> Text:
+                return Text(f"{task.speed or 0:,.0f} records/s")
+
+        self.progress = Progress(TextColumn("restoring {task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 Rate(), TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+                                 auto_refresh=False)
+        self.tasks: dict[tuple[str, int], Any] = {}
+        self.progress.start()
+        self._refreshed = 0.0
+
+    def update(self, items: list[dict[str, Any]]) -> None:
+        for p in items:
+            key = (p["store"], p["partition"])
+            total = p["restored"] + p["remaining"]
+            if key not in self.tasks:
+                self.tasks[key] = self.progress.add_task(f"{p['store']}[{p['partition']}]", total=total)
+            self.progress.update(self.tasks[key], completed=p["restored"], total=total)
+        now = time.monotonic()
+        if now - self._refreshed >= 0.1:
+            self._refreshed = now
+            self.progress.refresh()
+
+    def close(self) -> None:
+        self.progress.stop()

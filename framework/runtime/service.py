@@ -9,9 +9,12 @@ checkpointed and stopped on revocation.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 import signal
+import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -23,6 +26,9 @@ from framework.engine.runner import TaskRunner
 from framework.errors import FatalKafkaError
 from framework.kafka.admin import admin_client, topic_ids
 from framework.kafka.clients import TP, ChangelogReader, GroupConsumer, KafkaOutput
+from framework.observe.metrics import multiprocess_dir
+from framework.observe.observer import Observer
+from framework.observe.server import StatusServer
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.runtime.checkpoint import Checkpointer
@@ -47,6 +53,11 @@ class Service:
         self.exactly_once = config.processing.guarantee is Guarantee.EXACTLY_ONCE
         self.inputs = pipeline.input_topics()
         self.assigned: set[TP] = set()
+        self.has_assignment = False  # the group gave this member its first assignment
+        self.rebalances = {"assigned": 0, "revoked": 0, "lost": 0}
+        self.stall_warnings = 0
+        self.observer: Observer | None = None
+        self.server: StatusServer | None = None
         self._stop = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -66,13 +77,42 @@ class Service:
         """Process until ``request_stop`` (a signal) or ``until(self)`` is true; then take a
         final checkpoint and leave the group."""
         cfg, settings = self.config, self.config.kafka.client_settings()
+        client_id = self._start_endpoint()
+        try:
+            self._run(until, cfg, settings, client_id)
+        finally:
+            if self.server is not None:
+                self.server.close()
+
+    def _start_endpoint(self) -> str | None:
+        """Serve the status endpoint (docs/observability.md); the consumer's ``client.id``
+        that advertises it to ``fw status``, or None when observation is off."""
+        obs = self.config.observe
+        if not obs.enabled:
+            return None
+        self.observer = Observer(self, obs.interval_ms / 1000, obs.health_timeout_ms / 1000)
+        self.server = StatusServer(self.observer, obs.host, obs.port).start()
+        host = obs.advertised_host or ("" if obs.host in ("0.0.0.0", "::") else obs.host)
+        self.observer.endpoint = f"http://{host or socket.gethostname()}:{self.server.port}"
+        log.info("status endpoint %s (/ status page, /metrics, /health, /ready, /status)", self.server.url)
+        shared = multiprocess_dir()
+        if shared:  # a --processes child: tell the supervisor where its endpoint is
+            path = os.path.join(shared, f"member-{self.instance_id}.json")
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump({"pid": os.getpid(), "port": self.server.port, "instance": self.instance_id}, f)
+            os.replace(path + ".tmp", path)
+        return f"{self.pipeline.name}-{self.instance_id}@{host}:{self.server.port}"
+
+    def _run(self, until: Callable[[Service], bool] | None, cfg: Config, settings: dict[str, str],
+             client_id: str | None) -> None:
         self.partitions = ensure_service_topics(self.pipeline, settings)
         _warn_about_generated_names(self.pipeline)
         self.backend = RocksDBBackend(cfg.state.dir)
         txid = f"{self.pipeline.name}-{self.instance_id}" if self.exactly_once else None
         self.output = KafkaOutput({**settings, **cfg.kafka.producer,
                                    "transaction.timeout.ms": cfg.kafka.transaction_timeout_ms}, txid)
-        self.consumer = GroupConsumer({**settings, **cfg.kafka.consumer}, self.pipeline.name)
+        self.consumer = GroupConsumer({**settings, **cfg.kafka.consumer}, self.pipeline.name, client_id=client_id,
+                                      stats_interval_ms=cfg.observe.interval_ms if client_id else 0)
         self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
                                  fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point)
         admin = admin_client(settings)
@@ -81,16 +121,23 @@ class Service:
         self.checkpointer = Checkpointer(self.runner, self.output, self.consumer, exactly_once=self.exactly_once,
                                          interval_s=cfg.processing.checkpoint_interval_ms / 1000,
                                          timeout_s=cfg.processing.revoke_timeout_ms / 1000, transactional_id=txid)
+        if self.observer is not None:
+            self.restorer.on_progress = self.observer.publish
+            self.checkpointer.on_checkpoint = self.observer.metrics.checkpoint_duration.observe
         log.info("service %s instance %s starting: %s, inputs %s, config %s", self.pipeline.name,
                  self.instance_id, cfg.processing.guarantee.value, self.inputs, cfg.redacted())
         self.checkpointer.start()
         self.consumer.subscribe(self.inputs, self._on_assign, self._on_revoke, self._on_lost)
         try:
             self._loop(until)
+            if self.observer is not None:
+                self.observer.state = "stopping"
             self.checkpointer.checkpoint("shutdown")
-        except BaseException:
+        except BaseException as exc:
             # Nothing of the failed interval may commit: not its outputs, and not the
             # positions past the record that failed (leaving the group would otherwise commit).
+            if self.observer is not None:
+                self.observer.state, self.observer.error = "failed", f"{type(exc).__name__}: {exc}"
             self.checkpointer.abandon()
             raise
         finally:
@@ -104,11 +151,16 @@ class Service:
         unrouted, failed, poll = self._unrouted, self._consume_error, self.output.poll
         next_tick = 0.0
         stall_check = time.monotonic() + stall_s
+        obs = self.observer
+        observe_s = self.config.observe.interval_ms / 1000
+        next_observe = time.monotonic() + observe_s if obs is not None else float("inf")
         while not self._stop and (until is None or not until(self)):
             if self.restorer.busy:
                 self.restorer.step()
             msgs = consume(batch, timeout)
             now = time.monotonic()
+            if obs is not None:
+                obs.heartbeat = now
             if msgs:
                 stall_check = now + stall_s
                 runner.process(cast(Sequence[InputRecord], msgs), unrouted, failed)
@@ -122,6 +174,9 @@ class Service:
                 next_tick = now + tick_s
                 if runner.tick():
                     ckpt.dirty = True
+                if now >= next_observe:
+                    next_observe = now + observe_s
+                    obs.observe()  # type: ignore[union-attr]
             ckpt.maybe_checkpoint()
 
     def _unrouted(self, msg: Any) -> None:
@@ -139,6 +194,7 @@ class Service:
         waiting = self.consumer.backlog()
         if not waiting:
             return
+        self.stall_warnings += 1
         parts = []
         for tp, (pos, end) in sorted(waiting.items())[:_STALL_DETAIL]:
             stable = self.consumer.stable_end(tp)
@@ -169,30 +225,40 @@ class Service:
 
     # -- assignment ----------------------------------------------------------------------
 
+    def _publish(self) -> None:
+        if self.observer is not None:
+            self.observer.publish()
+
     def _on_assign(self, tps: list[TP]) -> None:
         self.assigned |= set(tps)
+        self.has_assignment = True
+        self.rebalances["assigned"] += 1
         numbers = sorted({p for _, p in tps} - set(self.runner.tasks) - set(self.restorer.pending))
         log.info("assigned partitions %s", numbers)
-        if not numbers:
-            return
-        self.consumer.pause([tp for tp in tps if tp[1] in numbers])
-        self.restorer.start(numbers)
+        if numbers:
+            self.consumer.pause([tp for tp in tps if tp[1] in numbers])
+            self.restorer.start(numbers)
+        self._publish()
 
     def _restored(self, partition: int) -> None:
         """Called by the restorer when every store of ``partition`` is at the changelog end."""
         self.runner.start(partition)
         self.consumer.resume([tp for tp in self.assigned if tp[1] == partition])
         log.info("partition %d restored and running", partition)
+        self._publish()
 
     def _on_revoke(self, tps: list[TP]) -> None:
         """Commit what was processed, then stop the revoked partitions' tasks."""
         log.info("revoking %s", sorted({p for _, p in tps}))
+        self.rebalances["revoked"] += 1
         self.checkpointer.checkpoint("revoke")
         self._drop(tps)
+        self._publish()
 
     def _on_lost(self, tps: list[TP]) -> None:
         """The group moved on without us (session timeout): nothing of ours may commit."""
         log.warning("partitions lost %s: aborting the open transaction", sorted({p for _, p in tps}))
+        self.rebalances["lost"] += 1
         self._drop(tps)
         self.checkpointer.abort("partitions lost")
 

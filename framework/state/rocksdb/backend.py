@@ -192,6 +192,13 @@ class RocksDBPartition:
                 break
         return count
 
+    def size_bytes(self) -> int:
+        """Bytes the store holds, from RocksDB's own estimates: live data in SST files plus
+        the memtables (for metrics)."""
+        db = self._live()
+        return sum(db.property_int_value(name) or 0
+                   for name in ("rocksdb.estimate-live-data-size", "rocksdb.cur-size-all-mem-tables"))
+
     def close(self) -> None:
         """Flush and release the DB and its LOCK; idempotent. Open ``iter_range``s end."""
         db = self._db

@@ -1,0 +1,114 @@
+"""The member's HTTP endpoint: status page, ``/metrics``, ``/health``, ``/ready``, ``/status``,
+``/history`` (docs/observability.md). A standard-library server in a daemon thread; it
+only reads what the processing loop published, so it never slows or blocks the loop."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any, Protocol
+
+from framework.errors import ConfigError
+
+log = logging.getLogger("framework.observe")
+DEFAULT_PORT = 9400
+
+
+class Source(Protocol):
+    """What the endpoint shows: a member's ``Observer``, or the ``--processes`` supervisor's view."""
+
+    def metrics_text(self) -> bytes: ...
+    def health(self) -> tuple[bool, dict[str, Any]]: ...
+    def ready(self) -> tuple[bool, dict[str, Any]]: ...
+    def snapshot(self) -> dict[str, Any]: ...
+    def history_doc(self) -> dict[str, Any] | None: ...
+
+
+def _page() -> bytes:
+    try:
+        return resources.files("framework.observe").joinpath("static/status.html").read_bytes()
+    except FileNotFoundError:
+        return b"<!doctype html><title>status</title><p>See <a href='/status'>/status</a>."
+
+
+class StatusServer:
+    """Serves ``source`` on ``host:port``. ``port=None``: 9400, or a free port when 9400 is taken."""
+
+    def __init__(self, source: Source, host: str, port: int | None) -> None:
+        self.source = source
+        handler = _handler(source)
+        try:
+            self.httpd = ThreadingHTTPServer((host, DEFAULT_PORT if port is None else port), handler)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise ConfigError(f"cannot serve the status endpoint on {host}:{port}: {exc}") from exc
+            if port is not None:
+                raise ConfigError(f"port {port} of {host} is taken: the status endpoint cannot listen there. "
+                                  "Fix: set another FW_OBSERVE__PORT (0: any free port), or stop what holds "
+                                  "it") from exc
+            self.httpd = ThreadingHTTPServer((host, 0), handler)
+            log.warning("port %d is taken: the status endpoint listens on port %d instead (set "
+                        "FW_OBSERVE__PORT to choose one)", DEFAULT_PORT, self.httpd.server_address[1])
+        self.httpd.daemon_threads = True
+        self.host = host
+        self.port: int = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="fw-status", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> StatusServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _handler(source: Source) -> type[BaseHTTPRequestHandler]:
+    page = _page()
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "fw-status"
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0].rstrip("/") or "/"
+            try:
+                if path == "/":
+                    self._send(200, page, "text/html; charset=utf-8")
+                elif path == "/metrics":
+                    self._send(200, source.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
+                elif path in ("/health", "/ready"):
+                    ok, body = source.health() if path == "/health" else source.ready()
+                    self._json(200 if ok else 503, body)
+                elif path == "/status":
+                    self._json(200, source.snapshot())
+                elif path == "/history" and (doc := source.history_doc()) is not None:
+                    self._json(200, doc)
+                else:
+                    self._json(404, {"error": f"no {path}; try /, /metrics, /health, /ready, /status, /history"})
+            except Exception as exc:
+                log.exception("status endpoint: %s failed", path)
+                self._json(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+        def _json(self, code: int, body: Any) -> None:
+            self._send(code, json.dumps(body, default=str).encode(), "application/json")
+
+        def _send(self, code: int, body: bytes, kind: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("status endpoint: " + format, *args)
+
+    return Handler
