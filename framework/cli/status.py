@@ -52,24 +52,36 @@ def status(service: str, watch: float | None, timeout_s: float, as_json: bool, c
         return
     try:
         if as_json:
-            while True:
-                out.emit_json(current().as_dict(), lines=True)
-                time.sleep(watch)
+            _watch_json(name, current, watch)
         else:
             _watch_table(current, watch)
     except KeyboardInterrupt:
         return
 
 
+# The first view's failure is the command's error; later ones (a broker restarting) are
+# shown in its place, and the next refresh tries again.
+
+def _watch_json(name: str, current: Callable[[], S.ServiceStatus], every_s: float) -> None:
+    """One JSON line per refresh; ``{"service", "error"}`` for a refresh that failed."""
+    out.emit_json(current().as_dict(), lines=True)
+    while True:
+        time.sleep(every_s)
+        try:
+            document = current().as_dict()
+        except FrameworkError as exc:
+            document = {"service": name, "error": str(exc)}
+        out.emit_json(document, lines=True)
+
+
 def _watch_table(current: Callable[[], S.ServiceStatus], every_s: float) -> None:
-    """Redraw the status every ``every_s`` seconds. The first failure is the command's error;
-    later ones (a broker restarting) are shown in place and the next refresh tries again."""
-    first = render(current())
+    """Redraw the view every ``every_s`` seconds; its header says when it was taken."""
+    first = render(current(), at=time.time())
     with Live(first, console=out.console(), auto_refresh=False, transient=False) as live:
         while True:
             time.sleep(every_s)
             try:
-                view = render(current())
+                view = render(current(), at=time.time())
             except FrameworkError as exc:
                 view = Text(f"error: {exc} (trying again every {every_s:g}s; Ctrl-C stops)")
             live.update(view, refresh=True)
@@ -81,29 +93,28 @@ COLUMNS = ["member", "endpoint", "partition", "state", "lag", "watermark", "dela
            "restore"]
 
 
-def render(st: S.ServiceStatus) -> RenderableType:
+def render(st: S.ServiceStatus, at: float | None = None) -> RenderableType:
     """The header line, the table and the member lines (or, with no members, the broker's
-    committed offsets and lag)."""
+    committed offsets and lag); ``at`` (a time) ends the header with ``at HH:MM:SS``."""
     info = st.view.info
+    when = f"  at {time.strftime('%H:%M:%S', time.localtime(at))}" if at is not None else ""
     if not st.running:
         head = (f"service {st.service} is not running: group {info.group} ({info.state}) has no members; "
-                f"committed lag {st.lag}")
+                f"committed lag {st.lag}{when}")
         return Group(Text(head), _table(["topic", "partition", "committed", "end", "lag"],
                                         offset_cells(st)))
     head = (f"service {st.service}  group {info.state}  members {len(st.members)}  "
-            f"committed lag {st.lag}")
+            f"committed lag {st.lag}{when}")
     return Group(Text(head), _table(COLUMNS, table_cells(st)), *(Text(line) for line in member_texts(st)))
 
 
 def _table(columns: list[str], cells: list[list[str]]) -> Table:
+    """A table as ``framework.cli.output.table`` prints them, kept as a renderable (a live
+    view redraws it)."""
     t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for name in columns:
         t.add_column(name, no_wrap=True, overflow="ellipsis")
-    previous = None
     for row in cells:
-        if previous is not None and row[0] and row[0] != previous:
-            t.add_section()
-        previous = row[0] or previous
         t.add_row(*row)
     return t
 

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from framework.cli import cli
+from framework.errors import EnvironmentProblem
 from framework.kafka.inspect import GroupInfo, Member
 from framework.ops import status as S
 from framework.ops.groups import GroupView, PartitionLag
@@ -270,3 +271,36 @@ def test_watch_refreshes_until_ctrl_c_and_exits_0(described: list[tuple[str, obj
     assert lines.exit_code == 0, lines.output
     assert sleeps == [0.5, 0.5, 0.5]
     assert [json.loads(line)["service"] for line in lines.output.splitlines()] == [SERVICE] * 3
+
+
+def test_watch_shows_a_later_failure_and_tries_again(described: list[tuple[str, object]],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            raise KeyboardInterrupt
+
+    failing = iter([False, True, False])  # the second view cannot reach the cluster
+    real = S.describe_group
+
+    def describe_group(settings: Mapping[str, Any], group: str, pipeline: Any) -> GroupView:
+        if next(failing):
+            raise EnvironmentProblem("cannot reach the Kafka cluster at 127.0.0.1:1")
+        return real(settings, group, pipeline)
+
+    monkeypatch.setattr(C.time, "sleep", sleep)
+    monkeypatch.setattr(S, "describe_group", describe_group)
+    lines = CliRunner().invoke(cli, ["status", SERVICE, "--json", "--watch"])
+    assert lines.exit_code == 0, lines.output
+    documents = [json.loads(line) for line in lines.output.splitlines()]
+    assert [sorted(d) for d in documents] == [["lag", "members", "service"], ["error", "service"],
+                                              ["lag", "members", "service"]]
+    assert documents[1]["error"] == "cannot reach the Kafka cluster at 127.0.0.1:1"
+
+    failing = iter([False, True, False])
+    sleeps.clear()
+    shown = CliRunner().invoke(cli, ["status", SERVICE, "--watch", "1"], env={"COLUMNS": "220"})
+    assert shown.exit_code == 0, shown.output
+    assert sleeps == [1.0, 1.0, 1.0]
