@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 
 import click
 
 from framework.errors import ConfigError
+from framework.logs import configure_logging
 from framework.pipeline.definition import Pipeline
 
 
@@ -39,7 +39,7 @@ def load_pipeline(target: str) -> Pipeline:
 @click.option("--log-level", default="INFO", show_default=True)
 def run(target: str, processes: int, instance_id: str | None, config_file: str | None, log_level: str) -> None:
     """Run the service defined by TARGET (module:pipeline) until SIGTERM or SIGINT."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level)  # text, or JSON lines with FW_LOG_FORMAT=json (children too)
     from pathlib import Path
 
     from framework.config import Config
