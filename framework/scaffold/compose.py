@@ -9,7 +9,8 @@ file do too. A new entry looks like the ones already there::
       build: {context: ., dockerfile: Dockerfile}
       command: ["fw", "run", "services.fraud_alerts.pipeline:pipeline"]
 
-It goes in alphabetical order among the service entries after the first (the broker).
+It goes in alphabetical order among the service entries (the entries that run ``fw``; the
+broker and Prometheus stay where they are).
 """
 
 from __future__ import annotations
@@ -38,14 +39,21 @@ def _yaml() -> YAML:
     return y
 
 
+def parse(text: str, where: str) -> Any:
+    """Parse YAML for round-trip editing (an empty text is an empty mapping); invalid YAML
+    is a one-line ``ConfigError`` naming ``where``."""
+    try:
+        return _yaml().load(text) if text.strip() else CommentedMap()
+    except YAMLError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{where} is not valid YAML ({first}); "
+                          "fix it, then run the command again") from exc
+
+
 def load(text: str, where: str = "docker-compose.yml") -> CommentedMap:
     """Parse a compose file for round-trip editing; ``ConfigError`` if it is not a mapping
     with a ``services`` mapping."""
-    try:
-        doc = _yaml().load(text) if text.strip() else CommentedMap()
-    except YAMLError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"{where} is not valid YAML ({first}); fix it, then run the command again") from exc
+    doc = parse(text, where)
     if not isinstance(doc, CommentedMap):
         raise ConfigError(f"{where} is not a YAML mapping; fix it, then run the command again")
     services = doc.setdefault("services", CommentedMap())
@@ -126,12 +134,14 @@ def _build_like_others(services: CommentedMap) -> Any:
 
 
 def _insert_sorted(services: CommentedMap, service: str, entry: CommentedMap) -> None:
-    """Insert after the first entry (the broker), before the first later key that sorts
-    after ``service``. Blank lines between entries live as comments before each key, except
-    where the previous entry's value carries a comment block; the new key takes a blank
-    line, or hands it to the entry it pushes down."""
+    """Insert among the service entries (those that run ``fw``; not the broker, not
+    Prometheus), before the first that sorts after ``service``, else after the last of
+    them, else at the end. Blank lines between entries live as comments before each key,
+    except where the previous entry's value carries a comment block; the new key takes a
+    blank line, or hands it to the entry it pushes down."""
     keys = list(services)
-    pos = next((i for i, k in enumerate(keys) if i > 0 and str(k) > service), len(keys))
+    ours = [i for i, k in enumerate(keys) if i > 0 and _runs_fw(services[k])]
+    pos = next((i for i in ours if str(keys[i]) > service), ours[-1] + 1 if ours else len(keys))
     services.insert(pos, service, entry)
     pushed = keys[pos] if pos < len(keys) else None
     if pos == 0:
@@ -140,6 +150,14 @@ def _insert_sorted(services: CommentedMap, service: str, entry: CommentedMap) ->
         services.ca.items[pushed] = _blank_line()
     else:
         services.ca.items[service] = _blank_line()
+
+
+def _runs_fw(entry: Any) -> bool:
+    """Whether a compose entry is a service's: its command runs ``fw``."""
+    command = entry.get("command") if isinstance(entry, dict) else None
+    if isinstance(command, str):
+        return command.split()[:1] == ["fw"]
+    return isinstance(command, list) and command[:1] == ["fw"]
 
 
 def _blank_line() -> list[Any]:
