@@ -1,7 +1,8 @@
 """``fw new project DIR``: a standalone project that depends on the framework as a package.
 
 It holds ``pyproject.toml`` (the framework as its one dependency), ``services/`` with one
-service made from the keyed template, ``schemas/``, ``tests/``, ``docker-compose.yml``, a
+service made from the keyed template, ``schemas/``, ``tests/``, ``docker-compose.yml`` with
+the configuration of the Prometheus it runs (``deploy/prometheus/prometheus.yml``), a
 ``Dockerfile``, ``.gitignore``, ``README.md`` and ``scripts/`` (``bootstrap.sh``, ``test``,
 ``demo``, ``ci``, ``vendor``). The framework is not published on a package index, so the
 dependency names where this framework came from (``framework_spec``).
@@ -17,7 +18,7 @@ import framework
 from framework.errors import ConfigError
 from framework.scaffold.names import project_name, service_names
 from framework.scaffold.render import FileSet, render_tree
-from framework.scaffold.service import COMPOSE, Result, service_files
+from framework.scaffold.service import COMPOSE, PROMETHEUS, Result, service_files
 
 DISTRIBUTION = "kstreamflow"
 DEFAULT_SERVICE = "spend"
@@ -84,7 +85,8 @@ def new_project(directory: Path, *, service: str = DEFAULT_SERVICE, framework: s
     for rel in _PACKAGES:
         files.files[rel] = ""
     files.files["services/__init__.py"] = ""
-    service_set = service_files(root, names, "keyed", files.files[COMPOSE], replace_entry=False)
+    service_set = service_files(root, names, "keyed", files.files[COMPOSE], replace_entry=False,
+                                prometheus_text=files.files[PROMETHEUS])
     files.files.update(service_set.files)
     changes = files.changes()
     if changes.different and not force:

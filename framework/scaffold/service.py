@@ -6,7 +6,8 @@ The files (paths relative to the project root; ``<package>`` is e.g. ``fraud_ale
 - ``schemas/<package>.<record>.avsc`` for each input and output record;
 - ``tests/topology/test_<package>.py`` (TestDriver) and ``tests/integration/test_<package>.py``
   (real broker, through ``framework.testing.kafka.ServiceRun``);
-- the service's entry in ``docker-compose.yml``.
+- the service's entry in ``docker-compose.yml``;
+- its scrape target in ``deploy/prometheus/prometheus.yml``, when the project has that file.
 
 Creating the same service twice changes nothing; a file that exists with other content is
 a conflict, reported before anything is written, and replaced only with ``force``.
@@ -18,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from framework.errors import ConfigError
-from framework.scaffold import compose
+from framework.scaffold import compose, prometheus
 from framework.scaffold.names import ServiceNames, service_names
 from framework.scaffold.render import Changes, FileSet, render_tree
 
 TEMPLATES = ("stateless", "keyed", "windowed", "join", "process")
 DEFAULT_TEMPLATE = "keyed"
 COMPOSE = "docker-compose.yml"
+PROMETHEUS = prometheus.PROMETHEUS
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,10 @@ def find_project_root(start: Path) -> Path:
 
 
 def service_files(root: Path, names: ServiceNames, template: str, compose_text: str, *,
-                  replace_entry: bool) -> FileSet:
+                  replace_entry: bool, prometheus_text: str | None = None) -> FileSet:
     """The files of a new service below ``root``; ``compose_text`` is the compose file to
-    add its entry to (an existing entry is rebuilt only with ``replace_entry``)."""
+    add its entry to (an existing entry is rebuilt only with ``replace_entry``), and
+    ``prometheus_text``, when given, the Prometheus configuration to add its target to."""
     if template not in TEMPLATES:
         raise ConfigError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
     context = {"package": names.package, "service": names.service, "title": names.title,
@@ -68,6 +71,9 @@ def service_files(root: Path, names: ServiceNames, template: str, compose_text: 
         files.files["services/__init__.py"] = ""
     files.files[COMPOSE] = compose.with_service(compose_text, names.service, names.target, replace=replace_entry,
                                                 where=str(root / COMPOSE))
+    if prometheus_text is not None:
+        files.files[PROMETHEUS] = prometheus.with_target(prometheus_text, names.service,
+                                                         where=str(root / PROMETHEUS))
     return files
 
 
@@ -95,11 +101,17 @@ def new_service(root: Path, name: str, template: str = DEFAULT_TEMPLATE, *, forc
     compose_text = compose_path.read_text() if compose_path.exists() else ""
     entry = compose.service_entry(compose.load(compose_text, str(compose_path)), names.service)
     entry_differs = entry is not None and not compose.entry_matches(compose_text, names.service, names.target)
-    files = service_files(root, names, template, compose_text, replace_entry=force)
+    prometheus_path = root / PROMETHEUS
+    prometheus_text = prometheus_path.read_text() if prometheus_path.is_file() else None
+    files = service_files(root, names, template, compose_text, replace_entry=force,
+                          prometheus_text=prometheus_text)
     changes = files.changes()
     if COMPOSE in changes.different and entry is None:
         changes.different.remove(COMPOSE)  # an entry added to the file is not a conflict
         changes.new.append(COMPOSE)
+    if PROMETHEUS in changes.different:  # only ever a target added, never one changed
+        changes.different.remove(PROMETHEUS)
+        changes.new.append(PROMETHEUS)
     conflicts = [p for p in changes.different if p != COMPOSE]
     conflicts += [f"{COMPOSE} (entry {names.service!r})"] if entry_differs else []
     if conflicts and not force:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from framework.scaffold import TEMPLATES
+from framework.scaffold.prometheus import PROMETHEUS, targets_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,10 +61,14 @@ def test_every_template_generated_into_this_repository_passes_its_tests(repo_cop
     assert "failed" not in done.stdout and "skipped" not in done.stdout
     _run([sys.executable, "-m", "ruff", "check", *generated], repo_copy, env, 120)
     _run([sys.executable, "-m", "mypy", "--follow-imports=silent", *generated], repo_copy, env, 300)
-    # The compose file now has an entry per generated service, and still every other one.
+    # The compose file now has an entry per generated service, and still every other one;
+    # Prometheus scrapes each of them too.
     compose = (repo_copy / "docker-compose.yml").read_text()
     assert all(f"services.gen_{t}.pipeline:pipeline" in compose for t in TEMPLATES)
     assert compose.count("<<: *service") == (ROOT / "docker-compose.yml").read_text().count("<<: *service") + 5
+    scraped = targets_of((repo_copy / PROMETHEUS).read_text())
+    assert scraped == sorted(targets_of((ROOT / PROMETHEUS).read_text())
+                             + [f"gen-{t}:9400" for t in TEMPLATES])
 
 
 @pytest.mark.timeout(1500)
@@ -89,6 +94,7 @@ def test_a_new_project_passes_its_ci_from_a_clean_virtualenv(repo_copy: Path, ka
     # The framework as installed in the project: `fw new service` renders from package data.
     venv_bin = project / ".venv" / "bin"
     _run([str(venv_bin / "fw"), "new", "service", "alerts", "--template", "stateless"], project, env, 120)
+    assert targets_of((project / PROMETHEUS).read_text()) == ["alerts:9400", "spend:9400"]
     _run([str(venv_bin / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/topology/test_alerts.py"],
          project, env, 120)
     assert (project / ".venv" / ".fw-installed").is_file()

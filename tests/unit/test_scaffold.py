@@ -14,11 +14,13 @@ import pytest
 import yaml
 
 from framework.errors import ConfigError
-from framework.scaffold import TEMPLATES, compose, framework_spec, new_service
+from framework.scaffold import TEMPLATES, compose, framework_spec, new_service, prometheus
 from framework.scaffold.names import service_names
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
+PROMETHEUS = "deploy/prometheus/prometheus.yml"
+PROMETHEUS_TEXT = (ROOT / PROMETHEUS).read_text()
 
 
 # -- names ---------------------------------------------------------------------------------
@@ -106,13 +108,68 @@ def test_a_broken_compose_file_is_one_line_error() -> None:
     assert "\n" not in str(caught.value)
 
 
+def test_a_new_entry_goes_among_the_services_never_among_the_broker_and_prometheus() -> None:
+    """Prometheus moved after the services: a name that sorts last still goes before it."""
+    doc = yaml.safe_load(COMPOSE_TEXT)
+    moved = {**doc, "services": {**{k: v for k, v in doc["services"].items() if k != "prometheus"},
+                                 "prometheus": doc["services"]["prometheus"]}}
+    text = yaml.safe_dump(moved, sort_keys=False)
+    for service in ("aaa", "zzz", "prometheus-alerts"):
+        edited = yaml.safe_load(compose.with_service(text, service, "services.x.pipeline:pipeline"))
+        names = list(edited["services"])
+        ours = [n for n in names if n not in ("kafka", "prometheus")]
+        assert names == ["kafka", *ours, "prometheus"], names
+        assert ours == sorted(ours), ours
+    edited = compose.with_service(COMPOSE_TEXT, "zzz", "services.zzz.pipeline:pipeline")
+    assert list(yaml.safe_load(edited)["services"])[:2] == ["kafka", "prometheus"]
+
+
+# -- deploy/prometheus/prometheus.yml ------------------------------------------------------
+
+
+def test_a_new_target_keeps_every_other_byte_and_the_alphabetical_order() -> None:
+    edited = prometheus.with_target(PROMETHEUS_TEXT, "fraud-alerts")
+    line = "          - fraud-alerts:9400\n"
+    assert line in edited and edited.replace(line, "", 1) == PROMETHEUS_TEXT
+    targets = prometheus.targets_of(edited)
+    assert targets == sorted(targets) and "fraud-alerts:9400" in targets
+    assert yaml.safe_load(edited)["scrape_configs"][0]["static_configs"][0]["targets"] == targets
+    assert prometheus.with_target(edited, "fraud-alerts") == edited  # there already: unchanged
+
+
+def test_a_first_target_turns_an_empty_list_into_a_block_list() -> None:
+    empty = PROMETHEUS_TEXT[:PROMETHEUS_TEXT.index("      - targets:")] + "      - targets: []\n"
+    edited = prometheus.with_target(empty, "spend")
+    assert edited == empty.replace("targets: []\n", "targets:\n          - spend:9400\n")
+    assert prometheus.targets_of(prometheus.with_target(edited, "alerts")) == ["alerts:9400",
+                                                                              "spend:9400"]
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("scrape_configs: [\n", "not valid YAML"),
+    ("global: {scrape_interval: 15s}\n", "no scrape job 'services'"),
+    ("scrape_configs:\n  - job_name: other\n", "no scrape job 'services'"),
+    ("scrape_configs:\n  - job_name: services\n", "has no static targets list"),
+    ("scrape_configs:\n  - job_name: services\n    dns_sd_configs: [{names: [x]}]\n",
+     "has no static targets list"),
+])
+def test_a_prometheus_file_without_the_services_job_is_a_one_line_error(text: str,
+                                                                        says: str) -> None:
+    with pytest.raises(ConfigError, match=says) as caught:
+        prometheus.with_target(text, "fraud-alerts")
+    assert "\n" not in str(caught.value) and PROMETHEUS in str(caught.value)
+
+
 # -- what the commands write ---------------------------------------------------------------
 
 
-def _project(tmp_path: Path) -> Path:
+def _project(tmp_path: Path, *, with_prometheus: bool = True) -> Path:
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
     (tmp_path / "services").mkdir()
     (tmp_path / "docker-compose.yml").write_text(COMPOSE_TEXT)
+    if with_prometheus:
+        (tmp_path / PROMETHEUS).parent.mkdir(parents=True)
+        (tmp_path / PROMETHEUS).write_text(PROMETHEUS_TEXT)
     return tmp_path
 
 
@@ -139,6 +196,15 @@ def test_each_template_writes_its_service_schemas_tests_and_compose_entry(tmp_pa
     pipeline = (root / "services/fraud_alerts/pipeline.py").read_text()
     assert "fw run services.fraud_alerts.pipeline:pipeline" in pipeline  # the docstring says how to run it
     assert "{{" not in pipeline and "}}" not in pipeline
+    assert PROMETHEUS in written and result.overwritten == []
+    expected = prometheus.with_target(PROMETHEUS_TEXT, "fraud-alerts")
+    assert (root / PROMETHEUS).read_text() == expected
+
+
+def test_without_a_prometheus_file_none_is_written(tmp_path: Path) -> None:
+    root = _project(tmp_path, with_prometheus=False)
+    result = new_service(root, "fraud-alerts")
+    assert PROMETHEUS not in result.written and not (root / "deploy").exists()
 
 
 def test_the_same_command_twice_changes_nothing_and_says_so(tmp_path: Path) -> None:
@@ -209,6 +275,7 @@ def test_a_new_project_twice_changes_nothing(tmp_path: Path) -> None:
             "tests/topology/test_spend.py", "tests/integration/test_spend.py"} <= set(before)
     assert '"kstreamflow @ file:///opt/kstreamflow"' in (target / "pyproject.toml").read_text()
     assert os.access(target / "scripts/test", os.X_OK)
+    assert prometheus.targets_of((target / PROMETHEUS).read_text()) == ["spend:9400"]
     again = _fw(tmp_path, "new", "project", "shop", "--framework", "kstreamflow @ file:///opt/kstreamflow")
     assert again.returncode == 0 and "nothing changed" in again.stdout
     assert _tree(target) == before
@@ -220,3 +287,30 @@ def test_the_framework_dependency_points_where_this_framework_was_installed_from
     name, _, url = spec.partition(" @ ")
     assert name == "kstreamflow" and url.startswith("file://"), spec
     assert (Path(url.removeprefix("file://")) / "pyproject.toml").is_file()
+
+
+def test_a_new_project_deploys_like_this_repository(tmp_path: Path) -> None:
+    """The shared service part (healthcheck, endpoint port) and the Prometheus entry of a
+    generated project's compose file are this repository's; its Prometheus configuration
+    is this repository's with the project's services as targets; `fw new service` there
+    adds to both files."""
+    target = tmp_path / "shop"
+    made = _fw(tmp_path, "new", "project", "shop", "--framework", "kstreamflow @ file:///x")
+    assert made.returncode == 0, made.stderr
+    ours = yaml.safe_load(COMPOSE_TEXT)
+    theirs = yaml.safe_load((target / "docker-compose.yml").read_text())
+    assert theirs["x-service"] == ours["x-service"]
+    assert theirs["services"]["prometheus"] == ours["services"]["prometheus"]
+    assert theirs["volumes"] == ours["volumes"]
+    assert theirs["services"]["spend"]["healthcheck"] == ours["x-service"]["healthcheck"]
+    config = yaml.safe_load((target / PROMETHEUS).read_text())
+    expected = yaml.safe_load(PROMETHEUS_TEXT)
+    expected["scrape_configs"][0]["static_configs"][0]["targets"] = ["spend:9400"]
+    assert config == expected
+
+    added = _fw(target, "new", "service", "alerts", "--template", "stateless")
+    assert added.returncode == 0, added.stderr
+    assert f"wrote {PROMETHEUS}" in added.stdout
+    assert prometheus.targets_of((target / PROMETHEUS).read_text()) == ["alerts:9400", "spend:9400"]
+    services = list(yaml.safe_load((target / "docker-compose.yml").read_text())["services"])
+    assert services == ["kafka", "prometheus", "alerts", "spend"]
