@@ -122,7 +122,7 @@ class Metrics:
                                   ("event",))
         self.stalls = counter("fw_stall_warnings", "Warnings that records wait but none is read.")
         self.state_entries = family("fw_state_entries", "Entries of a store partition (RocksDB's "
-                                    "estimate for large ones).", ("store", "partition"))
+                                    "estimate of its keys).", ("store", "partition"))
         self.state_bytes = family("fw_state_bytes", "Bytes of a store partition (RocksDB's live data "
                                   "estimate plus memtables).", ("store", "partition"))
         self.restored = counter("fw_restored_records", "Changelog records applied by restores "

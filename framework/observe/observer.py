@@ -43,6 +43,7 @@ class Observer:
         self._last_restored = 0
         self.rate = 0.0
         self.restore_rate = 0.0
+        self.stores: list[dict[str, Any]] = []
         self.metrics.info.labels(service.pipeline.name, service.instance_id).set(1)
 
     # -- health (read by the HTTP thread) ------------------------------------------------
@@ -90,6 +91,32 @@ class Observer:
         self.restore_rate = (restored - self._last_restored) / elapsed
         self._last_restored = restored
 
+        m.process_rate.set(self.rate)
+        self._measure_stores()
+        self.publish()
+
+    def _measure_stores(self) -> None:
+        """Entries and bytes of every store partition, from RocksDB's properties (no scan)."""
+        m, stores = self.metrics, []
+        sizes: dict[tuple[str, ...], float] = {}
+        counts: dict[tuple[str, ...], float] = {}
+        for p, task in sorted(self.service.runner.tasks.items()):
+            for name, cached in task.stores.items():
+                part = cached.backend
+                if not hasattr(part, "estimated_entries"):
+                    continue
+                entries, size = part.estimated_entries(), part.size_bytes()
+                stores.append({"store": name, "partition": p, "entries": entries, "bytes": size})
+                counts[(name, str(p))], sizes[(name, str(p))] = entries, size
+        m.state_entries.update(counts)
+        m.state_bytes.update(sizes)
+        self.stores = stores
+
+    def publish(self) -> None:
+        """Counters and a new snapshot now (the periodic ``observe``, or an assignment or a
+        restore that changed something); rates move only with ``observe``."""
+        svc, m = self.service, self.metrics
+        runner = svc.runner
         for topic, n in runner.consumed_by_topic().items():
             self._copy(m.consumed, (topic,), n)
         for topic, n in svc.output.produced.items():
@@ -108,11 +135,6 @@ class Observer:
         self._copy(m.stalls, (), svc.stall_warnings)
         for store, n in svc.restorer.restored_by_store.items():
             self._copy(m.restored, (store,), n)
-        m.process_rate.set(self.rate)
-        self._publish(now)
-
-    def publish(self) -> None:
-        """A new snapshot now (an assignment or restore changed), metrics at the next ``observe``."""
         self._publish(time.monotonic())
 
     def _copy(self, counter: Any, labels: tuple[str, ...], total: int) -> None:
@@ -180,19 +202,6 @@ class Observer:
                 "restore": by_part.get(p)})
         m.tasks.update({("running",): len(runner.tasks), ("restoring",): len(restoring_parts)})
 
-        stores = []
-        sizes: dict[tuple[str, ...], float] = {}
-        counts: dict[tuple[str, ...], float] = {}
-        for p, task in sorted(runner.tasks.items()):
-            for name, cached in task.stores.items():
-                part = cached.backend
-                entries = part.approximate_size()
-                size = part.size_bytes() if hasattr(part, "size_bytes") else 0
-                stores.append({"store": name, "partition": p, "entries": entries, "bytes": size})
-                counts[(name, str(p))], sizes[(name, str(p))] = entries, size
-        m.state_entries.update(counts)
-        m.state_bytes.update(sizes)
-
         age = wall - ckpt.committed_as_of  # how long processed work has waited to be committed
         m.checkpoint_age.labels(svc.instance_id).set(age)
         if self.state not in ("stopping", "failed"):
@@ -212,7 +221,7 @@ class Observer:
             "restore": {"restored": restorer.restored_records, "remaining": remaining,
                         "rate": round(rate, 1), "eta_s": round(remaining / rate, 1) if rate > 0 and remaining else None,
                         "stores": restore_items},
-            "stores": stores,
+            "stores": self.stores,
             "counters": {"dead_letters": counters.get("dead_letters", 0),
                          "late_records": {k.partition(".")[2]: v for k, v in counters.items()
                                           if k.startswith("late_records.")},

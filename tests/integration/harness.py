@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +75,18 @@ class ServiceProcess:
     def wait_exit(self, timeout_s: float) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout_s)
+
+    def endpoint(self, timeout_s: float = 60) -> str:
+        """The member's status endpoint, from the address it logs at start (this start's)."""
+        found: list[str] = []
+
+        def logged() -> bool:
+            text = self.log_text().rsplit("---- start", 1)[-1]
+            found[:] = re.findall(r"status endpoint http://[^:\s]+:(\d+)", text)
+            return bool(found)
+
+        wait_until(logged, timeout_s, "the status endpoint's address in the log", self.log_text)
+        return f"http://127.0.0.1:{found[-1]}"
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -146,6 +162,25 @@ def read_topics(bootstrap: str, topics: Iterable[str], isolation: str = "read_co
                                            {k: v for k, v in (msg.headers() or [])}))
     consumer.close()
     return out
+
+
+def get_json(url: str) -> tuple[int, Any]:
+    """GET ``url``: the HTTP status and the JSON body (also of a 503)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def metric_values(url: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of metric ``name`` at ``url`` (a /metrics page), by their sorted labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return {tuple(sorted(s.labels.items())): s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == name}
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,

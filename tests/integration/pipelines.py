@@ -338,3 +338,40 @@ svc_fraud_detection = _service("fraud_detection")
 svc_click_sessions = _service("click_sessions")
 svc_traffic = _service("traffic")
 svc_sales_per_month = _service("sales_per_month")
+
+
+# -- observability: metrics, health, readiness -----------------------------------------------
+
+import time  # noqa: E402
+
+OBSERVED_BOUND_MS = 100
+
+
+def observed() -> Pipeline:
+    """Readings {"ts", "v"} counted per key in one-second event-time windows; late records go
+    to a topic; a value that is not JSON is a poison record (dead letter)."""
+    s = _suffix()
+    p = Pipeline(f"obs-{s}", partitions=2)
+    src = p.source(Topic(f"obs-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2),
+                   watermarks=WatermarkStrategy.bounded_out_of_orderness(OBSERVED_BOUND_MS, timestamp="ts"),
+                   name="in")
+    src.window(TumblingWindows(1_000), late=Topic(f"obs-late-{s}", key_serde=StringSerde())) \
+        .count(name="per-second").to(Topic(f"obs-out-{s}"), name="to-out")
+    return p
+
+
+def _hold_while_missing(value: Any) -> Any:
+    """A step stuck in user code: {"block": path} waits until that file exists."""
+    if isinstance(value, dict) and "block" in value:
+        while not os.path.exists(value["block"]):
+            time.sleep(0.05)
+    return value
+
+
+def blocking() -> Pipeline:
+    """An echo whose step can be held (``_hold_while_missing``): the loop stalls there."""
+    s = _suffix()
+    p = Pipeline(f"blk-{s}")
+    p.source(Topic(f"blk-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=1)) \
+        .map(_hold_while_missing, name="hold").to(Topic(f"blk-out-{s}"))
+    return p

@@ -192,6 +192,10 @@ class RocksDBPartition:
                 break
         return count
 
+    def estimated_entries(self) -> int:
+        """RocksDB's own estimate of the number of keys (no scan: for metrics)."""
+        return self._live().property_int_value("rocksdb.estimate-num-keys") or 0
+
     def size_bytes(self) -> int:
         """Bytes the store holds, from RocksDB's own estimates: live data in SST files plus
         the memtables (for metrics)."""
