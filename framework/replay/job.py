@@ -280,12 +280,12 @@ class _Progress(threading.Thread):
     (each task reports its count over UDP, ``_Reporter``) and the rate, and its Spark tasks
     done."""
 
-    def __init__(self, spark: SparkSession, label: str, every_s: float = 5.0) -> None:
+    def __init__(self, spark: SparkSession, label: str, total: int | None = None, every_s: float = 5.0) -> None:
         import socket
 
         super().__init__(daemon=True)
         self.tracker, self.label, self.done = spark.sparkContext.statusTracker(), label, threading.Event()
-        self.every_s, self.started = every_s, time.monotonic()
+        self.every_s, self.started, self.total = every_s, time.monotonic(), total
         host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("0.0.0.0", 0))
@@ -318,14 +318,20 @@ class _Progress(threading.Thread):
                 tasks = [self.tracker.getStageInfo(sid) for sid in self.tracker.getActiveStageIds()]
                 done = sum(t.numCompletedTasks for t in tasks if t is not None)
                 total = sum(t.numTasks for t in tasks if t is not None)
-                print(f"[replay] {self.label}: {n:,} records read, {int(n / seconds):,} records/s, "
+                rate = n / seconds
+                left = ""
+                if self.total:  # the source stage knows how much it reads: the plan's ranges
+                    remaining = max(self.total - n, 0)
+                    eta = f", about {remaining / rate:.0f} s left" if rate > 0 else ""
+                    left = f" of {self.total:,} ({100 * n / self.total:.0f}%, {remaining:,} remaining{eta})"
+                print(f"[replay] {self.label}: {n:,} records read{left}, {int(rate):,} records/s, "
                       f"Spark tasks {done}/{total} done, {seconds:.0f} s", flush=True)
         self.sock.close()
 
 
 def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFrame) -> tuple[DataFrame, dict[str, Any]]:
     started = time.monotonic()
-    progress = _Progress(spark, f"stage {stage}")
+    progress = _Progress(spark, f"stage {stage}", plan.records if stage == 0 else None)
     progress.start()
     try:
         result = frame.mapInArrow(stage_function(plan.to_json(), stage, progress.address), SPARK_SCHEMA)
