@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests.integration.harness import (
     ServiceProcess,
     committed_offsets,
     end_offsets,
+    get_json,
     produce_to_partitions,
     service_env,
     wait_until,
@@ -42,7 +42,6 @@ PARTITIONS = 2
 PER_PARTITION = 300
 SCREENSHOT = ROOT / "test-artifacts" / "status-page.png"
 DASH = "\u2014"
-ENDPOINT = re.compile(r"status endpoint http://(\S+):(\d+)")
 
 # What the page shows, read in one script so no row is caught half replaced.
 PAGE_SCRIPT = """
@@ -97,16 +96,9 @@ def _shown_rows(page: dict[str, Any]) -> dict[tuple[str, str], dict[str, str]]:
 # -- the service and the browser -----------------------------------------------------------
 
 def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return json.load(answer)
-
-
-def _endpoint(svc: ServiceProcess) -> str | None:
-    found = ENDPOINT.search(svc.log_text())
-    if found is None:
-        return None
-    host = "127.0.0.1" if found[1] == "0.0.0.0" else found[1]
-    return f"http://{host}:{found[2]}"
+    code, body = get_json(url)
+    assert code == 200, (url, code, body)
+    return body
 
 
 @pytest.fixture
@@ -138,10 +130,7 @@ def test_the_status_page_shows_what_status_says_in_a_real_browser(
            "FW_OBSERVE__PORT": "0", "FW_OBSERVE__INTERVAL_MS": "200"}
     svc = ServiceProcess(TARGET, tmp_path, "0", env)
     services.append(svc.start())
-    wait_until(lambda: _endpoint(svc) is not None, 60, "the status endpoint's log line",
-               lambda: svc.log_text()[-3000:])
-    url = _endpoint(svc)
-    assert url is not None
+    url = svc.endpoint()
 
     # readings of the last minute in event time, on both partitions, groups across them
     t0 = int(time.time() * 1000) - 60_000
