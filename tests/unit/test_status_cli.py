@@ -253,8 +253,8 @@ def test_the_command_prints_the_table_or_json(described: list[tuple[str, object]
     assert document["members"][1]["error"] == "endpoint not answering: timed out"
 
 
-def test_watch_refreshes_until_ctrl_c_and_exits_0(described: list[tuple[str, object]],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def _ctrl_c_on_third_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """``--watch``'s sleeps, recorded; the third is a Ctrl-C."""
     sleeps: list[float] = []
 
     def sleep(seconds: float) -> None:
@@ -263,6 +263,13 @@ def test_watch_refreshes_until_ctrl_c_and_exits_0(described: list[tuple[str, obj
             raise KeyboardInterrupt
 
     monkeypatch.setattr(C.time, "sleep", sleep)
+    return sleeps
+
+
+def test_watch_refreshes_until_ctrl_c_and_exits_0(described: list[tuple[str, object]],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps = _ctrl_c_on_third_sleep(monkeypatch)
+
     watched = CliRunner().invoke(cli, ["status", SERVICE, "--watch"], env={"COLUMNS": "220"})
     assert watched.exit_code == 0, watched.output
     assert sleeps == [2.0, 2.0, 2.0] and len(described) == 3
@@ -275,12 +282,7 @@ def test_watch_refreshes_until_ctrl_c_and_exits_0(described: list[tuple[str, obj
 
 def test_watch_shows_a_later_failure_and_tries_again(described: list[tuple[str, object]],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    sleeps: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        if len(sleeps) == 3:
-            raise KeyboardInterrupt
+    sleeps = _ctrl_c_on_third_sleep(monkeypatch)
 
     failing = iter([False, True, False])  # the second view cannot reach the cluster
     real = S.describe_group
@@ -290,7 +292,6 @@ def test_watch_shows_a_later_failure_and_tries_again(described: list[tuple[str, 
             raise EnvironmentProblem("cannot reach the Kafka cluster at 127.0.0.1:1")
         return real(settings, group, pipeline)
 
-    monkeypatch.setattr(C.time, "sleep", sleep)
     monkeypatch.setattr(S, "describe_group", describe_group)
     lines = CliRunner().invoke(cli, ["status", SERVICE, "--json", "--watch"])
     assert lines.exit_code == 0, lines.output
