@@ -32,6 +32,7 @@ class Observer:
         self.metrics = Metrics()
         self.started_at = time.time()
         self.heartbeat = time.monotonic()  # the loop's last round (set by the loop itself)
+        self.looping = False  # before the loop starts (topics, transactions), nothing can stall it
         self.state = "starting"
         self.error: str | None = None
         self.endpoint = ""
@@ -52,7 +53,7 @@ class Observer:
         since = time.monotonic() - self.heartbeat
         if self.state == "failed":
             return False, {"status": "failed", "error": self.error}
-        if since > self.health_timeout_s:
+        if self.looping and since > self.health_timeout_s:
             return False, {"status": "stalled", "loop_silent_s": round(since, 1),
                            "why": "the processing loop has not come round: a step's code or a blocking "
                                   "call holds it (see /status and the log)"}

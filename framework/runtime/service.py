@@ -154,6 +154,8 @@ class Service:
         obs = self.observer
         observe_s = self.config.observe.interval_ms / 1000
         next_observe = time.monotonic() + observe_s if obs is not None else float("inf")
+        if obs is not None:
+            obs.heartbeat, obs.looping = time.monotonic(), True
         while not self._stop and (until is None or not until(self)):
             if self.restorer.busy:
                 self.restorer.step()
