@@ -76,13 +76,15 @@ class ServiceProcess:
         assert self.proc is not None
         return self.proc.wait(timeout_s)
 
-    def endpoint(self, timeout_s: float = 60) -> str:
-        """The member's status endpoint, from the address it logs at start (this start's)."""
+    def endpoint(self, timeout_s: float = 60, supervisor: bool = False) -> str:
+        """The member's status endpoint, from the address it logs at start (this start's);
+        ``supervisor``: the one a ``--processes N`` supervisor serves for all its children."""
         found: list[str] = []
+        pattern = r"status endpoint http://[^:\s]+:(\d+)" + (" for all" if supervisor else "")
 
         def logged() -> bool:
             text = self.log_text().rsplit("---- start", 1)[-1]
-            found[:] = re.findall(r"status endpoint http://[^:\s]+:(\d+)", text)
+            found[:] = re.findall(pattern, text)
             return bool(found)
 
         wait_until(logged, timeout_s, "the status endpoint's address in the log", self.log_text)

@@ -6,6 +6,8 @@
 * A member restoring a changelog is not ready, and its /status shows the restore's
   progress; once restored it is ready and has applied every changelog record.
 * A member whose loop is held in a step's code is unhealthy until the step returns.
+* ``fw run --processes 2`` serves one address for both children: its /metrics sums
+  theirs, its /status lists both, and it is ready when both are.
 """
 
 from __future__ import annotations
@@ -178,5 +180,34 @@ def test_a_member_held_in_a_step_is_unhealthy_until_the_step_returns(
         wait_until(lambda: get_json(url + "/health")[0] == 200, 60, "/health to recover", svc.log_text)
         wait_until(lambda: len(read_topic(kafka_bootstrap, f"blk-out-{unique}")) == 1, 60, "the held record's output",
                    svc.log_text)
+    finally:
+        assert svc.stop() == 0
+
+
+def test_the_supervisor_of_two_processes_sums_their_metrics_and_lists_both(
+        kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
+    n = 2_000
+    env = {**service_env(kafka_bootstrap, unique), **OBSERVE}
+    svc = ServiceProcess("tests.integration.pipelines:even_odd", tmp_path, "pair", env,
+                         args=["--processes", "2"]).start()
+    try:
+        url = svc.endpoint(supervisor=True)
+        produce(kafka_bootstrap, f"numbers-{unique}", ((f"k{i % 11}".encode(), str(i).encode()) for i in range(n)))
+
+        def both_done() -> bool:
+            consumed = metric_values(url + "/metrics", "fw_records_consumed_total")
+            members = get_json(url + "/status")[1]["members"]
+            return (consumed.get((("topic", f"numbers-{unique}"),)) == n and len(members) == 2
+                    and all(m.get("partitions") for m in members) and get_json(url + "/ready")[0] == 200)
+
+        wait_until(both_done, 120, "both children's counts summed and both ready", svc.log_text)
+        members = get_json(url + "/status")[1]["members"]
+        assert sorted(m["instance"] for m in members) == ["0", "1"]
+        assert sum(m["records_processed"] for m in members) == 2 * n  # the source and the repartition topic
+        owned = sorted(p["partition"] for m in members for p in m["partitions"])
+        assert owned == [0, 1, 2, 3]  # every task in exactly one child
+        info = metric_values(url + "/metrics", "fw_member_info")
+        assert sorted(dict(labels)["instance"] for labels in info) == ["0", "1"]
+        assert get_json(url + "/health")[0] == 200
     finally:
         assert svc.stop() == 0

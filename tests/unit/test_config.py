@@ -265,3 +265,20 @@ def test_config_pickles_and_hashes() -> None:
     copy = pickle.loads(pickle.dumps(config))
     assert copy == config and hash(copy) == hash(config)
     assert isinstance(copy.kafka.consumer, type(config.kafka.consumer))  # still read-only
+
+
+def test_observe_section_from_the_environment_and_toml(tmp_path: Path) -> None:
+    assert Config.load(env={}).observe.port is None  # 9400, or a free port when taken
+    env = Config.load(env={"FW_OBSERVE__ENABLED": "false", "FW_OBSERVE__PORT": "0",
+                           "FW_OBSERVE__INTERVAL_MS": "250"}).observe
+    assert (env.enabled, env.port, env.interval_ms) == (False, 0, 250)
+    file = tmp_path / "observe.toml"
+    file.write_text("[observe]\nenabled = true\nport = 9500\nadvertised_host = \"worker-3\"\n")
+    from_file = Config.load(file, env={}).observe
+    assert (from_file.enabled, from_file.port, from_file.advertised_host) == (True, 9500, "worker-3")
+    with pytest.raises(ConfigError, match=r"FW_OBSERVE__ENABLED='maybe' is not valid; expected true or false"):
+        Config.load(env={"FW_OBSERVE__ENABLED": "maybe"})
+    with pytest.raises(ConfigError, match=r"observe.port=70000 is not a TCP port"):
+        Config.load(env={"FW_OBSERVE__PORT": "70000"})
+    with pytest.raises(ConfigError, match=r"observe.interval_ms=0 must be positive"):
+        Config.load(env={"FW_OBSERVE__INTERVAL_MS": "0"})
