@@ -45,6 +45,7 @@ class Observer:
         self.rate = 0.0
         self.restore_rate = 0.0
         self.stores: list[dict[str, Any]] = []
+        self._sample: dict[str, Any] = {}
         self.metrics.info.labels(service.pipeline.name, service.instance_id).set(1)
 
     # -- health (read by the HTTP thread) ------------------------------------------------
@@ -95,6 +96,7 @@ class Observer:
         m.process_rate.set(self.rate)
         self._measure_stores()
         self.publish()
+        self.history.append(self._sample)  # one sample per interval, not per publish
 
     def _measure_stores(self) -> None:
         """Entries and bytes of every store partition, from RocksDB's properties (no scan)."""
@@ -211,7 +213,7 @@ class Observer:
         m.ready.labels(svc.instance_id).set(1 if ready else 0)
         counters = runner.metrics()
         lag_total = sum(i["lag"] for i in inputs if i["lag"] is not None)
-        delays = [d for d in wm_delays.values()]
+        delays = list(wm_delays.values())
         self.status = {
             **self._member_base(), "ready": ready,
             "records_processed": runner.records, "process_rate": round(self.rate, 1), "lag": lag_total,
@@ -229,8 +231,8 @@ class Observer:
                          "rebalances": sum(svc.rebalances.values()), "stall_warnings": svc.stall_warnings,
                          "transaction_aborts": svc.output.aborts},
         }
-        self.history.append({"t": round(wall, 3), "rate": round(self.rate, 1), "lag": lag_total,
-                             "watermark_delay_s": round(max(delays), 3) if delays else None})
+        self._sample = {"t": round(wall, 3), "rate": round(self.rate, 1), "lag": lag_total,
+                        "watermark_delay_s": round(max(delays), 3) if delays else None}
 
     def _inputs(self, assigned: set[tuple[str, int]]) -> tuple[list[dict[str, Any]], dict[int, int]]:
         """Per assigned input partition: position, last stable offset and lag (from the
