@@ -110,15 +110,14 @@ class KafkaOutput:
             self._produce(topic, {"key": key, "value": value, "partition": part,
                                   "timestamp": timestamp or 0, "headers": hdrs,
                                   "on_delivery": self._output_report})
-            produced[topic] -= 1  # _produce counted it again
 
     def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None,
                           headers: Headers) -> None:
+        self.produced[topic] = self.produced.get(topic, 0) + 1
         self._produce(topic, {"key": key, "value": value, "partition": partition,
                               "headers": list(headers or ()), "on_delivery": self._on_changelog})
 
     def _produce(self, topic: str, kwargs: dict[str, Any]) -> None:
-        self.produced[topic] = self.produced.get(topic, 0) + 1
         while True:
             try:
                 self._p.produce(topic, **kwargs)
@@ -333,8 +332,7 @@ class GroupConsumer:
 class ChangelogReader:
     """Reads changelog partitions (read_committed) for restores; never joins a group."""
 
-    def __init__(self, settings: Mapping[str, Any], group: str, *, client_id: str | None = None,
-                 stats_interval_ms: int = 0) -> None:
+    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
         conf: dict[str, Any] = {
             "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
             "enable.partition.eof": True, "auto.offset.reset": "earliest", "logger": log,
