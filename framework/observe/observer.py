@@ -138,7 +138,7 @@ class Observer:
         self._copy(m.stalls, (), svc.stall_warnings)
         for store, n in svc.restorer.restored_by_store.items():
             self._copy(m.restored, (store,), n)
-        self._publish(time.monotonic())
+        self._publish(counters)
 
     def _copy(self, counter: Any, labels: tuple[str, ...], total: int) -> None:
         key = (counter, labels)
@@ -152,7 +152,8 @@ class Observer:
         return {"instance": svc.instance_id, "pid": os.getpid(), "endpoint": self.endpoint,
                 "started_at": self.started_at, "state": self.state, "ready": False}
 
-    def _publish(self, now: float) -> None:
+    def _publish(self, counters: dict[str, int]) -> None:
+        """The snapshot behind /status and /history, and the gauges; ``counters``: the runner's."""
         svc, m = self.service, self.metrics
         runner, restorer, ckpt = svc.runner, svc.restorer, svc.checkpointer
         wall = time.time()
@@ -211,7 +212,6 @@ class Observer:
             self.state = ("starting" if not svc.has_assignment else "restoring" if restoring_parts else "running")
         ready = self.state == "running"
         m.ready.labels(svc.instance_id).set(1 if ready else 0)
-        counters = runner.metrics()
         lag_total = sum(i["lag"] for i in inputs if i["lag"] is not None)
         delays = list(wm_delays.values())
         self.status = {

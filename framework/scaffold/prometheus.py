@@ -13,11 +13,12 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from framework.errors import ConfigError
+from framework.observe.server import DEFAULT_PORT
 from framework.scaffold.compose import dump, parse
 
 PROMETHEUS = "deploy/prometheus/prometheus.yml"
 JOB = "services"  # the scrape job that lists every service container
-PORT = 9400  # FW_OBSERVE__PORT of every service container (docker-compose.yml's x-service)
+PORT = DEFAULT_PORT  # FW_OBSERVE__PORT of every service container (docker-compose.yml's x-service)
 
 
 def target(service: str) -> str:
