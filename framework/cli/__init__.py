@@ -8,6 +8,7 @@ import click
 
 from framework.cli.broker import broker
 from framework.cli.demo import demo
+from framework.cli.doctor import doctor
 from framework.cli.new import new
 from framework.cli.ops import group, state, topics
 from framework.cli.replay import archive, replay
@@ -32,6 +33,7 @@ cli.add_command(group)
 cli.add_command(state)
 cli.add_command(status)
 cli.add_command(new)
+cli.add_command(doctor)
 
 
 def main() -> None:
