@@ -327,8 +327,9 @@ def _clock(settings: dict[str, str], deadline: probe.Deadline) -> Check:
     detail = f"the broker's clock is {_ms(abs(skew))} {side} this machine's (±{_ms(bound)})"
     if status is Status.OK:
         return Check("clock", status, detail)
-    return Check("clock", status, detail, "synchronise both clocks with NTP (timedatectl set-ntp true, chrony): "
-                                          "timers, retention and fw group reset --to compare them")
+    return Check("clock", status, detail, "synchronise both clocks with NTP (chrony, timedatectl set-ntp true): "
+                                          "records carry this machine's time, which the broker's retention "
+                                          "measures against its own")
 
 
 # -- running them ----------------------------------------------------------------------------
