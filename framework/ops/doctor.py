@@ -46,6 +46,7 @@ SKEW_WARN_MS = 1_000.0
 SKEW_FAIL_MS = 30_000.0
 CLUSTER_TIME_S = 12.0  # every call to the cluster within one deadline
 _GRACE_S = 3.0  # a check's thread gets this much more than its own deadlines before it is given up
+_HUNG_FIX = "look for what it waits on (the network, a hung java, mvn or python) and run again"
 
 
 class Status(str, Enum):
@@ -384,6 +385,9 @@ class _Runner(threading.Thread):
     def run(self) -> None:
         try:
             self._results = self.step.run()
+        except subprocess.TimeoutExpired as exc:  # java -version, mvn -v or the pyspark import hung
+            self._results = [Check(n, Status.FAIL, f"{' '.join(map(str, exc.cmd))} gave no answer within "
+                                                   f"{exc.timeout:g}s", _HUNG_FIX) for n in self.step.names]
         except Exception as exc:  # noqa: BLE001 - a check's own bug is its failure, not the doctor's
             self._results = [Check(n, Status.FAIL, f"the check raised {type(exc).__name__}: {exc}",
                                    "report this as a bug of fw doctor") for n in self.step.names]
@@ -391,8 +395,7 @@ class _Runner(threading.Thread):
     def results(self) -> list[Check]:
         if self._results is None:
             limit = self.step.limit_s + _GRACE_S
-            return [Check(n, Status.FAIL, f"no result within {limit:g}s",
-                          "look for what it waits on (network, a hung java or mvn) and run again")
+            return [Check(n, Status.FAIL, f"no result within {limit:g}s", _HUNG_FIX)
                     for n in self.step.names]
         return self._results
 

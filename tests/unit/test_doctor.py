@@ -4,6 +4,7 @@ the report's lines, the exit status, and the runner's time limits (the checks ar
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from pathlib import Path
 
@@ -98,17 +99,23 @@ def test_results_come_in_order_and_a_check_past_its_limit_or_raising_fails_alone
     def raises() -> list[D.Check]:
         raise RuntimeError("surprise")
 
+    def hung_tool() -> list[D.Check]:
+        raise subprocess.TimeoutExpired(["mvn", "-v"], 15.0)
+
     todo = [D.Step(("first",), lambda: [D.Check("first", D.Status.OK, "fine")], 5.0),
             D.Step(("a", "b"), hangs, 0.05),
-            D.Step(("c",), raises, 5.0)]
+            D.Step(("c",), raises, 5.0),
+            D.Step(("d",), hung_tool, 5.0)]
     try:
         results = list(D.run(todo))
     finally:
         never.set()
     assert [(c.name, c.status) for c in results] == [("first", D.Status.OK), ("a", D.Status.FAIL),
-                                                      ("b", D.Status.FAIL), ("c", D.Status.FAIL)]
+                                                      ("b", D.Status.FAIL), ("c", D.Status.FAIL),
+                                                      ("d", D.Status.FAIL)]
     assert results[1].detail == "no result within 0.05s" and results[1].fix
     assert results[3].detail == "the check raised RuntimeError: surprise"
+    assert results[4].detail == "mvn -v gave no answer within 15s" and results[4].fix
 
 
 def test_the_command_prints_a_line_per_check_or_json_and_exits_1_on_a_failure(
