@@ -209,11 +209,13 @@ def check_kafka_jars(bootstrap: str | None) -> list[Check]:
 
 
 def check_spark() -> list[Check]:
-    code = "import pyspark; print(pyspark.__version__)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False)
+    # In a child process: importing Spark here would load it into fw (only replay/ may).
+    code = "import importlib, sys; print(importlib.import_module(sys.argv[1]).__version__)"
+    proc = subprocess.run([sys.executable, "-c", code, "pyspark"], capture_output=True, text=True, timeout=30,
+                          check=False)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return [Check("pyspark", Status.FAIL, f"cannot import pyspark: {last}",
+        return [Check("pyspark", Status.FAIL, f"pyspark does not import: {last}",
                       "pip install the framework with its dependencies (scripts/bootstrap.sh does)"),
                 Check("spark-kafka", Status.SKIP, "skipped: no pyspark")]
     version = proc.stdout.strip()
