@@ -15,12 +15,23 @@ Locations (all optional environment variables):
 - ``FW_BROKER_DIR``: instance directory, default ``$FW_HOME/broker``.
 - ``FW_BROKER_PORT``: client port on 127.0.0.1, default 39092 (controller: port + 1).
 - ``FW_BOOTSTRAP_SERVERS``: an existing cluster; when set, nothing is started or stopped.
+
+Security (``fw broker start --security``): ``plaintext`` (the default), ``sasl_plaintext`` or
+``sasl_ssl``. The secured modes have a SASL/SCRAM-SHA-512 client listener (``sasl_ssl`` with TLS
+too, its certificate generated with the JDK's keytool into ``<instance dir>/tls/``), the KRaft
+standard authorizer, and one super user ``admin`` whose SCRAM credential is created when the
+storage is formatted; its password is generated then and kept, with every other client
+setting, in ``<instance dir>/client.env`` (mode 0600), never printed. Other principals get
+SCRAM credentials and ACLs through the Admin API (``framework.kafka.acl``). The controller
+listener stays PLAINTEXT on loopback, its principal ``User:ANONYMOUS`` a super user: the
+broker's own requests to its controller come through it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -43,11 +54,7 @@ _SERVER_PROPERTIES = """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs={data_dir}
 num.partitions=1
 default.replication.factor=1
@@ -62,6 +69,44 @@ auto.create.topics.enable=false
 log.retention.hours=-1
 log.segment.bytes=67108864
 transaction.max.timeout.ms=900000
+"""
+
+_PLAINTEXT_PROPERTIES = """\
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+"""
+
+SECURITY_MODES = ("plaintext", "sasl_plaintext", "sasl_ssl")
+ADMIN_USER = "admin"
+SCRAM = "SCRAM-SHA-512"
+
+# The client listener of a secured broker: SCRAM for everyone, the broker itself included
+# (its inter-broker identity is the super user), and the standard authorizer with no ACL
+# meaning no access.
+_SECURED_PROPERTIES = """\
+listeners={name}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners={name}://127.0.0.1:{port}
+inter.broker.listener.name={name}
+listener.security.protocol.map={name}:{name},CONTROLLER:PLAINTEXT
+sasl.enabled.mechanisms={scram}
+sasl.mechanism.inter.broker.protocol={scram}
+listener.name.{lname}.{lscram}.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:{user};User:ANONYMOUS
+"""
+
+_TLS_PROPERTIES = """\
+ssl.keystore.type=PKCS12
+ssl.keystore.location={keystore}
+ssl.keystore.password={store_password}
+ssl.key.password={store_password}
+ssl.truststore.type=PKCS12
+ssl.truststore.location={truststore}
+ssl.truststore.password={store_password}
+ssl.client.auth=none
 """
 
 
@@ -82,6 +127,7 @@ class BrokerStatus:
     instance_dir: Path
     log_file: Path
     external: bool = False
+    security: str = "plaintext"
 
     def describe(self) -> str:
         if self.external:
@@ -89,18 +135,52 @@ class BrokerStatus:
             return f"external cluster {self.bootstrap} (FW_BOOTSTRAP_SERVERS): {state}"
         if not self.running:
             return f"not running (instance dir {self.instance_dir}, log {self.log_file})"
-        return f"running pid={self.pid} bootstrap={self.bootstrap} log={self.log_file}"
+        line = f"running pid={self.pid} bootstrap={self.bootstrap} log={self.log_file}"
+        if self.security != "plaintext":
+            line += f" security={self.security} client settings: {self.instance_dir / 'client.env'}"
+        return line
 
 
 class LocalBroker:
     """Start, inspect and stop the local broker of one instance directory."""
 
-    def __init__(self, instance_dir: Path | None = None, port: int | None = None) -> None:
+    def __init__(self, instance_dir: Path | None = None, port: int | None = None,
+                 security: str | None = None) -> None:
         self.instance_dir = Path(instance_dir or os.environ.get("FW_BROKER_DIR") or fw_home() / "broker")
         self.port = int(port or os.environ.get("FW_BROKER_PORT") or 39092)
         self.jar_dir = fw_home() / "kafka" / KAFKA_VERSION
         self.log_file = self.instance_dir / "broker.log"
         self._state_file = self.instance_dir / "broker.json"
+        self._secrets_file = self.instance_dir / "secrets.json"
+        self.client_env = self.instance_dir / "client.env"
+        if security is not None and security not in SECURITY_MODES:
+            raise BrokerError(f"unknown security mode {security!r}; choose one of {', '.join(SECURITY_MODES)}")
+        self._requested = security
+
+    @property
+    def security(self) -> str:
+        """The instance's security mode: the one its storage was formatted with, else the
+        requested one, else plaintext."""
+        formatted = self.instance_dir / "security"
+        if formatted.exists():
+            return formatted.read_text().strip()
+        if (self.instance_dir / "data" / "meta.properties").exists():
+            return "plaintext"  # formatted before security modes existed
+        return self._requested or "plaintext"
+
+    def client_settings(self) -> dict[str, str]:
+        """librdkafka settings of the super user on this instance's client listener
+        (``bootstrap.servers`` included); for a plaintext instance only the address."""
+        settings = {"bootstrap.servers": self.bootstrap}
+        mode = self.security
+        if mode == "plaintext":
+            return settings
+        secrets_ = self._secrets()
+        settings.update({"security.protocol": mode.upper(), "sasl.mechanism": SCRAM,
+                         "sasl.username": ADMIN_USER, "sasl.password": secrets_["admin_password"]})
+        if mode == "sasl_ssl":
+            settings["ssl.ca.location"] = str(self.instance_dir / "tls" / "ca.pem")
+        return settings
 
     @property
     def bootstrap(self) -> str:
@@ -113,8 +193,13 @@ class LocalBroker:
         if ext:
             return BrokerStatus(broker_answers(ext), ext, None, self.instance_dir, self.log_file, True)
         pid, bootstrap = self._recorded()
-        running = pid is not None and _alive(pid) and broker_answers(bootstrap)
-        return BrokerStatus(running, bootstrap, pid if running else None, self.instance_dir, self.log_file)
+        running = pid is not None and _alive(pid) and self._answers(bootstrap, 2.0)
+        return BrokerStatus(running, bootstrap, pid if running else None, self.instance_dir, self.log_file,
+                            security=self.security)
+
+    def _answers(self, bootstrap: str, timeout_s: float) -> bool:
+        extra = {k: v for k, v in self.client_settings().items() if k != "bootstrap.servers"}
+        return broker_answers(bootstrap, timeout_s=timeout_s, extra=extra)
 
     def start(self) -> BrokerStatus:
         """Start the broker unless it runs already; return once it answers metadata requests."""
@@ -124,6 +209,11 @@ class LocalBroker:
                 raise BrokerError(f"FW_BOOTSTRAP_SERVERS={ext} does not answer a metadata request")
             return self.status()
         current = self.status()
+        if self._requested and self._requested != current.security:
+            raise BrokerError(
+                f"the broker in {self.instance_dir} was set up with security {current.security}, not "
+                f"{self._requested}; start it without --security, or `fw broker stop --wipe` to start over"
+            )
         if current.running:
             return current
         pid, _ = self._recorded()
@@ -178,18 +268,87 @@ class LocalBroker:
     def _prepare(self, java: str) -> None:
         data_dir = self.instance_dir / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
+        formatted = (data_dir / "meta.properties").exists()
+        mode = self.security
+        secrets_ = self._secrets() if mode != "plaintext" and formatted else self._new_secrets(mode)
         props = self.instance_dir / "server.properties"
-        props.write_text(
-            _SERVER_PROPERTIES.format(port=self.port, controller_port=self.port + 1, data_dir=data_dir)
-        )
-        if (data_dir / "meta.properties").exists():
+        fmt = {"port": self.port, "controller_port": self.port + 1, "data_dir": data_dir}
+        text = _SERVER_PROPERTIES.format(**fmt)
+        if mode == "plaintext":
+            text += _PLAINTEXT_PROPERTIES.format(**fmt)
+        else:
+            name = mode.upper()
+            text += _SECURED_PROPERTIES.format(
+                **fmt, name=name, lname=name.lower(), scram=SCRAM, lscram=SCRAM.lower(),
+                user=ADMIN_USER, password=secrets_["admin_password"])
+            if mode == "sasl_ssl":
+                keystore = self._tls(java, secrets_["store_password"])
+                text += _TLS_PROPERTIES.format(keystore=keystore, truststore=keystore.parent / "truststore.p12",
+                                               store_password=secrets_["store_password"])
+        _write_private(props, text)
+        if formatted:
             return
         cluster_id = _cluster_id()
         cmd = [java, "-cp", self._classpath(), "kafka.tools.StorageTool", "format",
                "-t", cluster_id, "-c", str(props)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=self._java_env())
+        if mode != "plaintext":
+            cmd += ["--add-scram", f"{SCRAM}=[name={ADMIN_USER},password={secrets_['admin_password']}]"]
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=self._java_env())
         if proc.returncode != 0:
-            raise BrokerError(f"formatting {data_dir} failed:\n{proc.stdout}{proc.stderr}")
+            out = (proc.stdout + proc.stderr).replace(secrets_.get("admin_password") or "\0", "***")
+            raise BrokerError(f"formatting {data_dir} failed:\n{out}")
+        (self.instance_dir / "security").write_text(mode)
+        self._write_client_env()
+
+    def _new_secrets(self, mode: str) -> dict[str, str]:
+        if mode == "plaintext":
+            return {}
+        secrets_ = {"admin_password": secrets.token_urlsafe(18), "store_password": secrets.token_urlsafe(18)}
+        _write_private(self._secrets_file, json.dumps(secrets_))
+        return secrets_
+
+    def _secrets(self) -> dict[str, str]:
+        try:
+            return dict(json.loads(self._secrets_file.read_text()))
+        except (OSError, ValueError) as exc:
+            raise BrokerError(f"the secured broker in {self.instance_dir} has lost its credentials "
+                              f"({self._secrets_file}: {exc}); `fw broker stop --wipe` to start over") from None
+
+    def _tls(self, java: str, store_password: str) -> Path:
+        """The broker's key and self-signed certificate (for 127.0.0.1 and localhost), made
+        once with the JDK's keytool; clients trust ``tls/ca.pem``."""
+        tls = self.instance_dir / "tls"
+        keystore, ca, truststore = tls / "broker.p12", tls / "ca.pem", tls / "truststore.p12"
+        if keystore.exists() and ca.exists() and truststore.exists():
+            return keystore
+        tls.mkdir(parents=True, exist_ok=True)
+        keytool = str(Path(java).resolve().parent / "keytool")
+        if not os.access(keytool, os.X_OK):
+            keytool = require_tool("keytool", "Install a Java 17+ JDK, e.g. `apt-get install openjdk-17-jdk-headless`.")
+        common = ["-alias", "broker", "-keystore", str(keystore), "-storetype", "PKCS12",
+                  "-storepass", store_password]
+        for cmd in (
+            [keytool, "-genkeypair", *common, "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650",
+             "-keypass", store_password, "-dname", "CN=localhost", "-ext", "SAN=ip:127.0.0.1,dns:localhost"],
+            [keytool, "-exportcert", *common, "-rfc", "-file", str(ca)],
+            # the broker is a client of its own listener too (inter-broker): it trusts the same
+            [keytool, "-importcert", "-noprompt", "-alias", "ca", "-file", str(ca), "-keystore", str(truststore),
+             "-storetype", "PKCS12", "-storepass", store_password],
+        ):
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=self._java_env())
+            if proc.returncode != 0:
+                raise BrokerError(f"keytool could not make the broker's certificate in {tls}: "
+                                  f"{(proc.stdout + proc.stderr).strip().replace(store_password, '***')}")
+        return keystore
+
+    def _write_client_env(self) -> None:
+        """``client.env``: the environment that points ``fw`` and services at this broker as
+        the super user (``set -a; . client.env; set +a``)."""
+        lines = [f"FW_BOOTSTRAP_SERVERS={self.bootstrap}"]
+        for key, value in self.client_settings().items():
+            if key != "bootstrap.servers":
+                lines.append(f"FW_KAFKA_SECURITY__{key.upper().replace('.', '_')}={value}")
+        _write_private(self.client_env, "\n".join(lines) + "\n")
 
     def _check_ports(self) -> None:
         for port in (self.port, self.port + 1):
@@ -222,7 +381,7 @@ class LocalBroker:
                 raise BrokerError(
                     f"the broker exited during start-up; last lines of {self.log_file}:\n{self._log_tail()}"
                 )
-            if broker_answers(self.bootstrap, timeout_s=1.0):
+            if self._answers(self.bootstrap, 1.0):
                 return self.status()
             time.sleep(0.2)
         raise BrokerError(f"the broker did not answer within {_START_TIMEOUT_S:.0f}s; see {self.log_file}")
@@ -253,6 +412,15 @@ class LocalBroker:
         was_running = self.stop()
         shutil.rmtree(self.instance_dir, ignore_errors=True)
         return was_running
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` readable by this user only (it may hold a password)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
 
 
 def require_tool(name: str, how: str) -> str:

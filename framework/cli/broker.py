@@ -7,6 +7,7 @@ import sys
 import click
 
 from framework.broker import LocalBroker
+from framework.broker.local import SECURITY_MODES
 
 
 @click.group()
@@ -15,10 +16,20 @@ def broker() -> None:
 
 
 @broker.command()
-def start() -> None:
-    """Start the broker (idempotent) and print its bootstrap address."""
-    status = LocalBroker().start()
+@click.option("--security", type=click.Choice(SECURITY_MODES), default=None,
+              help="Client listener of a new broker: plaintext (default), or SASL/SCRAM-SHA-512 with "
+                   "ACLs, over TLS with sasl_ssl. An existing broker keeps the mode it was set up with.")
+def start(security: str | None) -> None:
+    """Start the broker (idempotent) and print its bootstrap address.
+
+    A secured broker's client settings (its super user's) are in ``<broker dir>/client.env``:
+    load them with ``set -a; . <broker dir>/client.env; set +a``."""
+    b = LocalBroker(security=security)
+    status = b.start()
     click.echo(status.bootstrap)
+    if status.security != "plaintext" and not status.external:
+        click.echo(f"security {status.security}: the super user's client settings are in {b.client_env} "
+                   f"(set -a; . {b.client_env}; set +a)", err=True)
 
 
 @broker.command()
