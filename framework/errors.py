@@ -3,10 +3,13 @@
 One root, ``FrameworkError``; every error the framework raises on purpose derives from it::
 
     FrameworkError
-    ├── ConfigError            a setting is wrong or missing; names the setting and the fix
+    ├── UsageError             the command, its arguments or settings are wrong (``fw`` exits 2)
+    │   ├── ConfigError        a setting is wrong or missing; names the setting and the fix
+    │   └── PipelineError      the pipeline definition is invalid (unknown step, bad wiring)
+    ├── RuntimeProblem         well asked, but what it works on is not as needed (a topic missing
+    │                          or there already, a group with members, offsets outside the log)
     ├── EnvironmentProblem     the machine lacks something (java, mvn, a reachable broker)
     ├── BrokerError            the local broker could not be started, reached or stopped
-    ├── PipelineError          the pipeline definition is invalid (unknown step, bad wiring)
     ├── RecordError            about one record; prints ``topic[partition]@offset`` and step
     │   ├── DeserializationError
     │   ├── SerializationError
@@ -14,6 +17,7 @@ One root, ``FrameworkError``; every error the framework raises on purpose derive
     │   └── TimestampError     an event-time step met a record without a usable timestamp
     ├── KafkaClientError       a client call failed; carries the librdkafka error
     │   └── FatalKafkaError    the producer/consumer cannot continue (e.g. fenced)
+    │       └── AccessProblem  the cluster refused the login or an operation (ACLs)
     └── StateError             a state store could not be opened, restored or written
 """
 
@@ -26,7 +30,16 @@ class FrameworkError(Exception):
     """Root of every error the framework raises on purpose."""
 
 
-class ConfigError(FrameworkError):
+class UsageError(FrameworkError):
+    """The command, its arguments, its settings or the pipeline it names are wrong: fixed by
+    asking differently (``fw`` exits 2; every other error exits 1)."""
+
+
+class RuntimeProblem(FrameworkError):
+    """The command is well formed, but what it works on is not in the state it needs."""
+
+
+class ConfigError(UsageError):
     """A configuration value is invalid; the message names the setting and how to fix it."""
 
 
@@ -38,7 +51,7 @@ class BrokerError(FrameworkError):
     """The local broker could not be started, reached or stopped."""
 
 
-class PipelineError(FrameworkError):
+class PipelineError(UsageError):
     """The pipeline definition is invalid."""
 
 
@@ -52,6 +65,11 @@ class KafkaClientError(FrameworkError):
 
 class FatalKafkaError(KafkaClientError):
     """The client is in a state it cannot leave (fenced, fatal error): the process must stop."""
+
+
+class AccessProblem(FatalKafkaError):
+    """The cluster refused the client's login or one of its operations: names the principal,
+    the resource and the grant or setting that fixes it. Asking again cannot help."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,13 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler ``configure_logging`` installs (and replaces when called again)."""
 
 
+def debugging() -> bool:
+    """True with ``FW_DEBUG`` set (not 0) or the root logger at DEBUG (``--log-level DEBUG``):
+    ``fw`` then prints an error's traceback beside its one line."""
+    flag = os.environ.get("FW_DEBUG", "").strip().lower()
+    return flag not in ("", "0", "false", "no") or logging.getLogger().getEffectiveLevel() <= logging.DEBUG
+
+
 def configure_logging(level: str, fmt: str | None = None) -> None:
     """Send log records at ``level`` and above to stderr in format ``fmt`` (default:
     ``$FW_LOG_FORMAT``, else ``text``). Calling it again replaces what it set up before."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+import traceback
 
 import click
 
+from framework.cli.acls import acls
 from framework.cli.broker import broker
 from framework.cli.demo import demo
 from framework.cli.doctor import doctor
@@ -14,7 +16,9 @@ from framework.cli.ops import group, state, topics
 from framework.cli.replay import archive, replay
 from framework.cli.run import run
 from framework.cli.status import status
-from framework.errors import FrameworkError
+from framework.errors import FrameworkError, UsageError
+from framework.kafka.connect import client_failure
+from framework.logs import debugging
 
 
 @click.group()
@@ -34,18 +38,37 @@ cli.add_command(state)
 cli.add_command(status)
 cli.add_command(new)
 cli.add_command(doctor)
+cli.add_command(acls)
 
 
 def main() -> None:
-    """Entry point of ``fw``: framework errors print one line, not a traceback."""
+    """Entry point of ``fw``: every error is one line on stderr, saying what is wrong and how
+    to fix it. Exit status 2 for a wrong command, argument, setting, target or pipeline (fixed
+    by asking differently), 1 for everything else. ``FW_DEBUG=1`` (or ``--log-level DEBUG``)
+    prints the traceback too."""
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # one line, not click's usage block
+        names, ctx = [], exc.ctx
+        while ctx is not None and ctx.parent is not None:  # the subcommands, not the program's name
+            names.append(ctx.info_name or "")
+            ctx = ctx.parent
+        _fail(f"{exc.format_message()} (see {' '.join(['fw', *reversed(names)])} --help)", exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except FrameworkError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
+    except Exception as exc:  # noqa: BLE001 - a client's own error, or a bug: one line still
+        said = client_failure(exc)
+        _fail(said or f"internal error {type(exc).__name__}: {exc} (FW_DEBUG=1 shows where; please report it)", 1)
+
+
+def _fail(message: str, code: int) -> None:
+    if debugging():
+        traceback.print_exc()
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)

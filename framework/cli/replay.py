@@ -86,6 +86,8 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
         raise click.UsageError(f"replay cannot reproduce what {target} computes:\n{lines}\nPass "
                                "--allow-nondeterministic to replay it anyway (what it reproduces: docs/replay.md)")
     store_stages(pipeline)  # refuses a step fed by several stages
+    if not dry_run:
+        environment()  # Java and Spark: a missing one is said before any work on the cluster
     settings = config.kafka.client_settings()
     sources = [s.topic.name for s in pipeline.sources()]
     ranges = {} if archive else resolve_ranges(settings, sources, start, end, group=pipeline.name)

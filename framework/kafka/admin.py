@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from framework.errors import KafkaClientError
+from framework.errors import AccessProblem, KafkaClientError
 from framework.kafka.clients import retry_while_not_ready
-
-_PROBE_LOG = logging.getLogger("framework.kafka.probe")
-_PROBE_LOG.addHandler(logging.NullHandler())
-_PROBE_LOG.propagate = False  # "connection refused" is the expected answer while probing
+from framework.kafka.logs import CLIENT_LOG
+from framework.kafka.logs import QUIET_LOG as _PROBE_LOG
 
 
 def broker_answers(bootstrap: str, timeout_s: float = 2.0, extra: Mapping[str, str] | None = None) -> bool:
@@ -50,8 +47,10 @@ def topic_partitions(admin: AdminClient, names: Iterable[str], timeout_s: float 
     return {n: len(md.topics[n].partitions) for n in names if n in md.topics and not md.topics[n].error}
 
 
-def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> None:
-    """Create the topics that do not exist yet; wait until their metadata is visible."""
+def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: float = 30.0,
+                  who: str = "this client") -> None:
+    """Create the topics that do not exist yet; wait until their metadata is visible. ``who``
+    (the principal) names the client in an authorization error."""
     specs = list(specs)
     existing = topic_partitions(admin, [s.name for s in specs])
     missing = [s for s in specs if s.name not in existing]
@@ -64,8 +63,20 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: flo
             try:
                 fut.result()
             except KafkaException as exc:
-                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                    raise KafkaClientError(f"could not create topic {name!r}: {exc}") from exc
+                err = exc.args[0]
+                if err.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                    raise AccessProblem(
+                        f"{who} may not create topic {name!r}, which does not exist or which it may not see: "
+                        f"{err.str()}. Fix: create the topic beforehand, or grant it, e.g. kafka-acls --add "
+                        f"--allow-principal {who} --operation Create --topic {name} (and the operations the "
+                        "service needs on it: fw acls SERVICE --principal ...)") from None
+                if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise KafkaClientError(f"could not create topic {name!r}: {err.str()}") from None
+                # It exists although the metadata did not show it: this client may not see it.
+                # Whether it may use it is for missing_grants to tell; nothing to wait for.
+                missing = [s for s in missing if s.name != name]
+        hidden = _not_describable(admin, [s.name for s in missing], timeout_s)
+        missing = [s for s in missing if s.name not in hidden]  # created, but this client may not see them
     deadline = time.monotonic() + timeout_s
     while missing and time.monotonic() < deadline:
         existing = topic_partitions(admin, [s.name for s in missing])
@@ -73,7 +84,23 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: flo
             return
         time.sleep(0.1)
     if missing:
-        raise KafkaClientError(f"topics {[s.name for s in missing]} not visible after {timeout_s}s")
+        existing = topic_partitions(admin, [s.name for s in missing])
+        late = [s.name for s in missing if existing.get(s.name) != s.partitions]
+        raise KafkaClientError(f"topics {late} not visible after {timeout_s}s")
+
+
+def _not_describable(admin: AdminClient, names: list[str], timeout_s: float) -> set[str]:
+    """Those of ``names`` this client may not describe (so their metadata never shows them)."""
+    if not names:
+        return set()
+    out = set()
+    for name, fut in admin.describe_topics(TopicCollection(names), request_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                out.add(name)
+    return out
 
 
 def topic_ids(admin: AdminClient, names: Iterable[str], timeout_s: float = 30.0) -> dict[str, str]:
@@ -91,4 +118,4 @@ def topic_ids(admin: AdminClient, names: Iterable[str], timeout_s: float = 30.0)
 
 def admin_client(settings: Mapping[str, Any]) -> AdminClient:
     """An AdminClient with the service's connection and security settings."""
-    return AdminClient(dict(settings))
+    return AdminClient({"logger": CLIENT_LOG, **settings})

@@ -7,18 +7,25 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from framework.errors import KafkaClientError
 from framework.kafka.io import delete_topics
+from framework.kafka.logs import CLIENT_LOG
 
 TP = tuple[str, int]
 
 
 def active_members(settings: Mapping[str, Any], group: str, timeout_s: float = 30.0) -> list[str]:
     """The members of ``group`` now (``host/client id``), empty when nobody runs the service."""
-    admin = AdminClient(dict(settings))
+    admin = AdminClient({"logger": CLIENT_LOG, **settings})
     try:
         [description] = [f.result() for f in admin.describe_consumer_groups([group],
                                                                             request_timeout=timeout_s).values()]
@@ -30,7 +37,7 @@ def active_members(settings: Mapping[str, Any], group: str, timeout_s: float = 3
 def commit_offsets(settings: Mapping[str, Any], group: str, offsets: Mapping[TP, int],
                    timeout_s: float = 30.0) -> None:
     """Set ``group``'s committed offsets (the group must have no active members)."""
-    admin = AdminClient(dict(settings))
+    admin = AdminClient({"logger": CLIENT_LOG, **settings})
     tps = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
     futures = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
                                                  request_timeout=timeout_s)
@@ -45,7 +52,7 @@ def commit_offsets(settings: Mapping[str, Any], group: str, offsets: Mapping[TP,
 
 
 def delete_group(settings: Mapping[str, Any], group: str, timeout_s: float = 30.0) -> None:
-    admin = AdminClient(dict(settings))
+    admin = AdminClient({"logger": CLIENT_LOG, **settings})
     for future in admin.delete_consumer_groups([group], request_timeout=timeout_s).values():
         try:
             future.result()
@@ -56,7 +63,7 @@ def delete_group(settings: Mapping[str, Any], group: str, timeout_s: float = 30.
 
 def end_offsets(settings: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 30.0) -> dict[TP, int]:
     """The next offset of every partition of ``topics``."""
-    consumer = Consumer({**settings, "group.id": "fw-ends", "enable.auto.commit": False})
+    consumer = Consumer({"logger": CLIENT_LOG, **settings, "group.id": "fw-ends", "enable.auto.commit": False})
     try:
         md = consumer.list_topics(timeout=timeout_s)
         out = {}
@@ -78,7 +85,7 @@ def recreate_topics(settings: Mapping[str, Any], topics: Mapping[str, tuple[int,
     if not topics:
         return
     delete_topics(settings["bootstrap.servers"], topics, extra=settings, timeout_s=timeout_s)  # missing: ignored
-    admin = AdminClient(dict(settings))
+    admin = AdminClient({"logger": CLIENT_LOG, **settings})
     deadline = time.monotonic() + timeout_s
     pending = dict(topics)
     while pending:

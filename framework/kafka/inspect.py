@@ -25,9 +25,11 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
 
-from framework.errors import ConfigError, EnvironmentProblem, KafkaClientError
+from framework.errors import KafkaClientError, RuntimeProblem
 from framework.kafka.admin import TopicSpec, ensure_topics
 from framework.kafka.clients import retry_while_not_ready
+from framework.kafka.connect import probe
+from framework.kafka.logs import CLIENT_LOG
 
 TP = tuple[str, int]
 _INTERNAL_PREFIX = "__"  # the broker's own topics (__consumer_offsets, __transaction_state)
@@ -98,13 +100,8 @@ class Cluster:
     def __init__(self, settings: Mapping[str, Any], timeout_s: float = 10.0) -> None:
         self.settings, self.timeout_s = dict(settings), timeout_s
         self.bootstrap = self.settings.get("bootstrap.servers", "?")
-        self.admin = AdminClient({**self.settings, "socket.connection.setup.timeout.ms": 3000})
-        try:
-            self.admin.list_topics(timeout=min(timeout_s, 6.0))
-        except KafkaException as exc:
-            raise EnvironmentProblem(
-                f"cannot reach the Kafka cluster at {self.bootstrap} ({exc.args[0].str()}). Fix: start the local "
-                "broker (fw broker start) or set FW_BOOTSTRAP_SERVERS to a reachable cluster") from None
+        probe(self.settings, min(timeout_s, 6.0))  # unreachable, or the login refused: one line
+        self.admin = AdminClient({"logger": CLIENT_LOG, **self.settings, "socket.connection.setup.timeout.ms": 3000})
         self._consumer: Consumer | None = None
 
     def close(self) -> None:
@@ -130,7 +127,7 @@ class Cluster:
         info = md.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
             hint = close_matches(topic, [t for t in md.topics if not t.startswith(_INTERNAL_PREFIX)])
-            raise ConfigError(f"topic {topic!r} does not exist on {self.bootstrap}: {hint} (fw topics list "
+            raise RuntimeProblem(f"topic {topic!r} does not exist on {self.bootstrap}: {hint} (fw topics list "
                               "shows them; FW_BOOTSTRAP_SERVERS names the cluster)")
         return sorted(info.partitions)
 
@@ -172,14 +169,14 @@ class Cluster:
         except KafkaException as exc:
             err: KafkaError = exc.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                raise ConfigError(f"topic {topic!r} exists already with {len(self.partitions(topic))} partitions "
+                raise RuntimeProblem(f"topic {topic!r} exists already with {len(self.partitions(topic))} partitions "
                                   "(fw topics describe shows it)") from None
-            raise ConfigError(f"the broker refused to create {topic!r}: {err.str()}") from None
+            raise RuntimeProblem(f"the broker refused to create {topic!r}: {err.str()}") from None
         ensure_topics(self.admin, [TopicSpec(topic, partitions, config)])  # waits until its metadata is visible
 
     def _offsets_consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer({**self.settings, "group.id": f"fw-inspect-{uuid.uuid4().hex[:8]}",
+            self._consumer = Consumer({"logger": CLIENT_LOG, **self.settings, "group.id": f"fw-inspect-{uuid.uuid4().hex[:8]}",
                                        "enable.auto.commit": False, "isolation.level": "read_committed"})
         return self._consumer
 
@@ -217,7 +214,7 @@ class Cluster:
         info = self.group(group)
         if info.members or self.committed(group):
             return info
-        raise ConfigError(f"consumer group {group!r} is unknown on {self.bootstrap} (no members, no committed "
+        raise RuntimeProblem(f"consumer group {group!r} is unknown on {self.bootstrap} (no members, no committed "
                           f"offsets): {close_matches(group, self.groups())}")
 
 
@@ -239,7 +236,7 @@ class TopicReader:
     a group; reports each partition reaching its end (the end as of when it got there)."""
 
     def __init__(self, settings: Mapping[str, Any], positions: Mapping[TP, int]) -> None:
-        self._c = Consumer({**settings, "group.id": f"fw-tail-{uuid.uuid4().hex[:8]}",
+        self._c = Consumer({"logger": CLIENT_LOG, **settings, "group.id": f"fw-tail-{uuid.uuid4().hex[:8]}",
                             "enable.auto.commit": False, "isolation.level": "read_committed",
                             "enable.partition.eof": True})
         self._c.assign([TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())])

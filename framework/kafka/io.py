@@ -23,6 +23,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from framework.errors import KafkaClientError
+from framework.kafka.logs import CLIENT_LOG
 
 __all__ = ["delete_topics", "produce_values", "read_committed"]
 
@@ -42,6 +43,7 @@ def produce_values(bootstrap: str, topic: str, records: Iterable[Record], *,
             errors.append(err)
 
     producer = Producer({
+        "logger": CLIENT_LOG,
         "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
         "linger.ms": 5, "partitioner": "murmur2_random", **(extra or {}),
     })
@@ -80,6 +82,7 @@ def read_committed(
     and commits nothing. Raises ``KafkaClientError`` when ``timeout_s`` passes first.
     """
     consumer = Consumer({
+        "logger": CLIENT_LOG,
         "bootstrap.servers": bootstrap, "group.id": f"fw-reader-{uuid.uuid4().hex[:12]}",
         "isolation.level": "read_committed", "enable.auto.commit": False,
         "enable.partition.eof": True, "auto.offset.reset": "earliest", **(extra or {}),
@@ -125,7 +128,7 @@ def delete_topics(bootstrap: str, names: Iterable[str], *, extra: Mapping[str, s
     names = list(names)
     if not names:
         return
-    admin = AdminClient({"bootstrap.servers": bootstrap, **(extra or {})})
+    admin = AdminClient({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap, **(extra or {})})
     for name, future in admin.delete_topics(names, operation_timeout=timeout_s).items():
         try:
             future.result()

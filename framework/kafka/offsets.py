@@ -18,7 +18,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from framework.errors import ConfigError
+from framework.errors import ConfigError, EnvironmentProblem, RuntimeProblem
+from framework.kafka.logs import CLIENT_LOG
 
 Ranges = dict[str, dict[int, list[int]]]  # topic -> partition -> [start, end)
 _EXPLICIT = re.compile(r"^[A-Za-z0-9._-]+:\d+:\d+(,[A-Za-z0-9._-]+:\d+:\d+)*$")
@@ -29,19 +30,19 @@ class _Log:
 
     def __init__(self, settings: Mapping[str, Any], topics: Iterable[str], group: str, timeout_s: float) -> None:
         self.settings, self.group, self.timeout_s = settings, group, timeout_s
-        self.consumer = Consumer({**settings, "group.id": f"fw-offsets-{uuid.uuid4().hex[:8]}",
+        self.consumer = Consumer({"logger": CLIENT_LOG, **settings, "group.id": f"fw-offsets-{uuid.uuid4().hex[:8]}",
                                   "enable.auto.commit": False, "isolation.level": "read_committed"})
         self.partitions: dict[str, list[int]] = {}
         try:
             md = self.consumer.list_topics(timeout=timeout_s)
         except KafkaException as exc:
-            raise ConfigError(f"cannot reach the Kafka cluster at {settings.get('bootstrap.servers')}: {exc}. "
+            raise EnvironmentProblem(f"cannot reach the Kafka cluster at {settings.get('bootstrap.servers')}: {exc}. "
                               "Fix: start it (fw broker start) or set FW_BOOTSTRAP_SERVERS") from None
         for topic in topics:
             info = md.topics.get(topic)
             if info is None or info.error is not None or not info.partitions:
                 known = sorted(t for t in md.topics if not t.startswith("__"))[:20]
-                raise ConfigError(f"topic {topic!r} does not exist on {settings.get('bootstrap.servers')}. "
+                raise RuntimeProblem(f"topic {topic!r} does not exist on {settings.get('bootstrap.servers')}. "
                                   f"Fix: check the name (topics there include {', '.join(known)}) or the "
                                   "cluster (FW_BOOTSTRAP_SERVERS)")
             self.partitions[topic] = sorted(info.partitions)
@@ -49,7 +50,7 @@ class _Log:
                        for t, parts in self.partitions.items() for p in parts}
 
     def committed(self) -> dict[tuple[str, int], int]:
-        reader = Consumer({**self.settings, "group.id": self.group, "enable.auto.commit": False})
+        reader = Consumer({"logger": CLIENT_LOG, **self.settings, "group.id": self.group, "enable.auto.commit": False})
         try:
             tps = [TopicPartition(t, p) for t, parts in self.partitions.items() for p in parts]
             return {(tp.topic, tp.partition): tp.offset for tp in reader.committed(tps, timeout=self.timeout_s)
@@ -135,10 +136,10 @@ def resolve_ranges(settings: Mapping[str, Any], topics: Iterable[str], start: st
         s, e = starts[(topic, p)], ends[(topic, p)]
         where = f"{topic}[{p}]"
         if s < low:
-            raise ConfigError(f"{where}: --from offset {s} is before the first offset still in the log, {low} (the "
+            raise RuntimeProblem(f"{where}: --from offset {s} is before the first offset still in the log, {low} (the "
                               f"records before it were deleted): start at {low} or later (--from earliest)")
         if e > high:
-            raise ConfigError(f"{where}: --to offset {e} is past the end of the log, {high}: end at {high} or "
+            raise RuntimeProblem(f"{where}: --to offset {e} is past the end of the log, {high}: end at {high} or "
                               "before (--to latest)")
         if s > e:
             raise ConfigError(f"{where}: --from offset {s} is after --to offset {e}")
@@ -159,6 +160,6 @@ def resolve_positions(settings: Mapping[str, Any], topics: Iterable[str], spec: 
     for (topic, p), (low, high) in sorted(log.bounds.items()):
         at = positions[(topic, p)]
         if not low <= at <= high:
-            raise ConfigError(f"{topic}[{p}]: {option} offset {at} is outside the log, which holds offsets {low} to "
+            raise RuntimeProblem(f"{topic}[{p}]: {option} offset {at} is outside the log, which holds offsets {low} to "
                               f"{high} (the next one): choose one in that range ({option} earliest or latest)")
     return positions

@@ -10,7 +10,6 @@ raise ``KafkaClientError`` with librdkafka's reason; judging the facts is the ca
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,10 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from framework.errors import KafkaClientError
 from framework.kafka.admin import TopicSpec, ensure_topics
-
-_QUIET = logging.getLogger("framework.kafka.probe")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
+from framework.kafka.logs import QUIET_LOG as _QUIET
 
 TRANSACTION_SETTINGS = ("transaction.state.log.replication.factor", "transaction.state.log.min.isr")
 CLOCK_TOPIC = "__fw_doctor"

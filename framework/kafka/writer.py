@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from framework.errors import FatalKafkaError, KafkaClientError
+from framework.kafka.logs import CLIENT_LOG
 
 log = logging.getLogger("framework.kafka.writer")
 Headers = Sequence[tuple[str, bytes]] | None
@@ -37,9 +38,9 @@ class ResumableWriter:
         self._p = Producer({
             **settings, "transactional.id": transactional_id, "enable.idempotence": True, "acks": "all",
             "linger.ms": 5, "compression.type": "lz4", "partitioner": "murmur2_random",
-            "transaction.timeout.ms": 600_000, "queue.buffering.max.messages": 500_000, "logger": log,
+            "transaction.timeout.ms": 600_000, "queue.buffering.max.messages": 500_000, "logger": CLIENT_LOG,
         })
-        self._group = Consumer({**settings, "group.id": marker_group, "enable.auto.commit": False, "logger": log})
+        self._group = Consumer({**settings, "group.id": marker_group, "enable.auto.commit": False, "logger": CLIENT_LOG})
 
     def resume(self) -> int:
         """Fence every earlier attempt, and return the position it committed (0: none)."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.errors import ConfigError
+from framework.errors import RuntimeProblem
 from framework.kafka.groups import active_members, commit_offsets, end_offsets, recreate_topics
 from framework.kafka.inspect import Cluster, GroupInfo
 from framework.kafka.offsets import resolve_positions
@@ -107,7 +107,7 @@ class ResetPlan:
 def refuse_while_running(settings: Mapping[str, Any], group: str) -> None:
     members = active_members(settings, group)
     if members:
-        raise ConfigError(f"consumer group {group!r} has {len(members)} active member(s) ({', '.join(members)}): a "
+        raise RuntimeProblem(f"consumer group {group!r} has {len(members)} active member(s) ({', '.join(members)}): a "
                           "reset would race them. Fix: stop every instance of the service, then reset")
 
 

@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 
 from framework.engine.context import Headers
 from framework.engine.runner import TaskRunner
-from framework.errors import ConfigError, EnvironmentProblem, StateError
+from framework.errors import ConfigError, EnvironmentProblem, RuntimeProblem, StateError
 from framework.kafka.admin import admin_client, topic_ids
 from framework.kafka.clients import ChangelogReader
 from framework.kafka.groups import end_offsets
@@ -115,7 +115,7 @@ def open_store(pipeline: Pipeline, store: str, state_root: Path, settings: Mappi
     root = state_root.resolve() / pipeline.name / store
     local = [] if source == "changelog" else _local_partitions(root)
     if source == "local" and not local:
-        raise ConfigError(f"no local copy of store {store!r} under {root}: run this where a member of the service "
+        raise RuntimeProblem(f"no local copy of store {store!r} under {root}: run this where a member of the service "
                           "ran (FW_STATE_DIR names its state directory), or read the changelog (--source changelog)")
     reader = StoreReader(layout, {})
     try:
@@ -153,7 +153,7 @@ def _add_changelog_partitions(reader: StoreReader, pipeline: Pipeline, store: st
         try:
             partitions = cluster.partitions(topic)
         except ConfigError:
-            raise ConfigError(f"no local copy of store {store!r} under {root} and no changelog topic {topic!r} on "
+            raise RuntimeProblem(f"no local copy of store {store!r} under {root} and no changelog topic {topic!r} on "
                               f"{cluster.bootstrap}: the service has not run there yet (or FW_STATE_DIR / "
                               "FW_BOOTSTRAP_SERVERS name another place)") from None
     finally:

@@ -9,8 +9,6 @@ of ``services/``.
 from __future__ import annotations
 
 import base64
-import difflib
-import logging
 from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
@@ -19,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from framework.config import Config
-from framework.errors import ConfigError
+from framework.kafka.logs import CLIENT_LOG
 from framework.pipeline.definition import Pipeline
-
-_KAFKA_LOG = logging.getLogger("framework.ops.kafka")
 
 
 def is_target(service: str) -> bool:
@@ -34,16 +30,7 @@ def load_service(target: str) -> Pipeline:
     """The pipeline ``target`` (``module:attribute``) names, imported from the current directory."""
     from framework.cli.run import load_pipeline
 
-    try:
-        return load_pipeline(target)
-    except ImportError as exc:
-        module = target.partition(":")[0]
-        known = [f"services.{p.name}.pipeline:pipeline" for p in sorted(Path("services").glob("*/pipeline.py"))
-                 for p in [p.parent]]
-        near = difflib.get_close_matches(target, known, n=3, cutoff=0.5)
-        hint = f"did you mean {', '.join(near)}?" if near else f"services here: {', '.join(known) or 'none'}"
-        raise ConfigError(f"cannot import {module!r} for service {target!r} ({exc}): {hint} (run fw from the "
-                          "project's root, or put the module on PYTHONPATH)") from None
+    return load_pipeline(target)
 
 
 def load_config(config_file: str | None) -> Config:
@@ -53,9 +40,9 @@ def load_config(config_file: str | None) -> Config:
 
 def client_settings(config: Config) -> dict[str, Any]:
     """The connection settings of ``config`` for every client of a command. librdkafka's own
-    log lines go to Python logging (``framework.ops.kafka``): warnings and errors still reach
+    log lines go to Python logging (``framework.kafka.client``): warnings and errors still reach
     stderr, its informational chatter (a client closing with events queued) does not."""
-    return {**config.kafka.client_settings(), "logger": _KAFKA_LOG}
+    return {**config.kafka.client_settings(), "logger": CLIENT_LOG}
 
 
 def plain(value: Any) -> Any:

@@ -5,20 +5,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from framework.errors import PipelineError
+from framework.errors import PipelineError, RuntimeProblem
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
+from framework.kafka.connect import principal
 from framework.pipeline.definition import Pipeline
 
 
-def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any]) -> int:
+def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], create: bool = True) -> int:
     """Create missing topics; return the service's partition count (= number of tasks).
 
     Sources must be co-partitioned (same partition count). Missing sources are created with
     their ``Topic.partitions`` or the pipeline's default; repartition and changelog topics get
-    the sources' count; changelogs are compacted.
+    the sources' count; changelogs are compacted. With ``create`` false (``kafka.create_topics``)
+    a missing source or sink is an error; the service's own topics (repartition, changelogs,
+    dead letters) are still created, as Kafka Streams creates its internal topics.
     """
     admin = admin_client(settings)
     sources = [s.topic for s in pipeline.sources()]
+    if not create:
+        named = sorted({t.name for t in [*sources, *pipeline.sink_topics()]})
+        present = topic_partitions(admin, named)
+        absent = [n for n in named if n not in present]
+        if absent:
+            raise RuntimeProblem(
+                f"service {pipeline.name!r} needs topics that do not exist on {settings.get('bootstrap.servers')}: "
+                f"{', '.join(absent)}, and kafka.create_topics is false. Fix: create them (fw topics create NAME "
+                "--partitions N, the sources with the same count) or set FW_KAFKA__CREATE_TOPICS=true")
     existing = topic_partitions(admin, [t.name for t in sources])
     counts = {t.name: existing.get(t.name) or t.partitions or pipeline.default_partitions for t in sources}
     if len(set(counts.values())) > 1:
@@ -36,5 +48,5 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any]) -> in
     ]
     sinks = {t.name: t for t in [*pipeline.sink_topics(), pipeline.dead_letter]}
     specs += [TopicSpec(t.name, t.partitions or n, dict(t.config)) for t in sinks.values() if t.name not in counts]
-    ensure_topics(admin, specs)
+    ensure_topics(admin, specs, who=principal(settings))
     return n

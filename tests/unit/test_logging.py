@@ -218,7 +218,7 @@ def test_fw_run_with_a_bad_fw_log_format_says_so_in_one_line() -> None:
     command = [sys.executable, "-m", "framework.cli", "run", "services.even_odd.pipeline:pipeline"]
     done = subprocess.run(command, check=False, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
-    assert done.returncode == 1
+    assert done.returncode == 2  # a bad setting: a usage error
     said = "error: FW_LOG_FORMAT='yaml' is not a log format; use one of text, json"
     assert done.stderr.strip() == said
 

@@ -1,0 +1,55 @@
+"""librdkafka's own log lines, through Python logging.
+
+Every client the framework makes passes ``logger=CLIENT_LOG``, so nothing a client says goes
+straight to the terminal: its lines reach the handlers ``fw`` configured (text or JSON lines,
+at ``--log-level``). confluent-kafka maps librdkafka's syslog levels to logging's: 0-2
+CRITICAL, 3 ERROR, 4 WARNING, 5-6 INFO, 7 DEBUG.
+
+A condition that lasts makes librdkafka say the same thing again and again (a broker down:
+a failed connect every second or so). ``Repeats`` lets the first line through, drops the
+same line (digits aside: counts, durations, timestamps) while it keeps coming, and lets it
+through again once a minute with how many were dropped; a line that stops coming is
+forgotten, so the condition's return is logged again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+
+CLIENT_LOG = logging.getLogger("framework.kafka.client")
+# A probe's clients log here, to nobody: while probing, "connection refused" is an answer the
+# caller reports in its own words, not news.
+QUIET_LOG = logging.getLogger("framework.kafka.probe")
+QUIET_LOG.addHandler(logging.NullHandler())
+QUIET_LOG.propagate = False
+_DIGITS = re.compile(r"\d+")
+
+
+class Repeats(logging.Filter):
+    """Drop a log line that repeats one let through less than ``every_s`` ago."""
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._now = clock
+        self._seen: dict[tuple[int, str], list[float]] = {}  # shape -> [let through at, last seen, dropped]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self._now()
+        key = (record.levelno, _DIGITS.sub("#", record.getMessage()))
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[1] < self.every_s and now - seen[0] < self.every_s:
+            seen[1], seen[2] = now, seen[2] + 1
+            return False
+        if seen is not None and seen[2] and now - seen[1] < self.every_s:  # still coming: say how often
+            record.msg, record.args = f"{record.getMessage()} (again {int(seen[2])} times since)", ()
+        if len(self._seen) > 1000:
+            self._seen.clear()
+        self._seen[key] = [now, now, 0]
+        return True
+
+
+CLIENT_LOG.addFilter(Repeats())
