@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from framework.kafka.io import delete_topics
@@ -40,14 +41,22 @@ def _leftovers(admin: AdminClient) -> tuple[list[str], list[str]]:
 
 def _clean(bootstrap: str) -> None:
     """Delete the tutorial service's topics (its own, internal and replayed ones) and its
-    consumer groups (the service's and its replays'), and wait until they are gone."""
+    consumer groups (the service's and its replays'), and wait until they are gone. A group
+    still holds a member killed by a failed run until its session times out: its deletion
+    is tried again until then."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics, groups = _leftovers(admin)
-    delete_topics(bootstrap, topics)
-    for future in admin.delete_consumer_groups(groups, request_timeout=30).values() if groups else []:
-        future.result()
-    wait_until(lambda: _leftovers(admin) == ([], []), 60, f"the {SERVICE} topics and groups to be deleted",
-               lambda: repr(_leftovers(admin)))
+
+    def gone() -> bool:
+        topics, groups = _leftovers(admin)
+        delete_topics(bootstrap, topics)
+        for future in admin.delete_consumer_groups(groups, request_timeout=30).values() if groups else []:
+            try:
+                future.result()
+            except KafkaException:
+                pass  # not empty yet: the next round tries again
+        return _leftovers(admin) == ([], [])
+
+    wait_until(gone, 120, f"the {SERVICE} topics and groups to be deleted", lambda: repr(_leftovers(admin)))
 
 
 @pytest.fixture
