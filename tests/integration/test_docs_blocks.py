@@ -5,7 +5,8 @@
   such as ``fw new service``, lands there), on the test broker (``FW_BOOTSTRAP_SERVERS``,
   so ``fw broker start`` only reports that cluster). docs/tutorial.md has a test of its
   own, tests/integration/test_tutorial.py.
-- Every ``python`` block compiles, fragments included.
+- Every ``python`` block compiles, fragments included; every ``json`` block parses, and
+  every ``toml`` block loads as the framework's configuration.
 - Every ``fw`` command of a ``bash`` block or a ``$ fw ...`` transcript line parses against
   the click CLI: command, subcommand, options, their values and the arguments; a
   ``module:pipeline`` target names a module of this repository that defines it.
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -85,6 +87,22 @@ def test_every_python_block_compiles() -> None:
     assert len(blocks) > 10
     for block in blocks:
         compile(block.text, block.where, "exec")  # a SyntaxError names the page and line
+
+
+def test_every_json_block_parses_and_every_toml_block_is_a_configuration(tmp_path: Path) -> None:
+    from framework.config import Config
+
+    checked = 0
+    for block in _blocks():
+        if block.lang == "json":
+            json.loads(block.text)
+        elif block.lang == "toml":
+            (tmp_path / "fw.toml").write_text(block.text)
+            Config.load(tmp_path / "fw.toml", env={})  # a ConfigError names the setting
+        else:
+            continue
+        checked += 1
+    assert checked >= 4, checked
 
 
 def test_every_fw_command_in_the_docs_exists_with_its_options() -> None:
