@@ -156,6 +156,12 @@ class LocalBroker:
         if security is not None and security not in SECURITY_MODES:
             raise BrokerError(f"unknown security mode {security!r}; choose one of {', '.join(SECURITY_MODES)}")
         self._requested = security
+        self._explicit = instance_dir is not None
+
+    def _external(self) -> str | None:
+        """FW_BOOTSTRAP_SERVERS, unless this broker's directory was named in code: then it
+        is that broker that is meant (a test's own, beside a cluster the suite uses)."""
+        return None if self._explicit else external_bootstrap()
 
     @property
     def security(self) -> str:
@@ -189,7 +195,7 @@ class LocalBroker:
     # -- public commands ---------------------------------------------------------------
 
     def status(self) -> BrokerStatus:
-        ext = external_bootstrap()
+        ext = self._external()
         if ext:
             return BrokerStatus(broker_answers(ext), ext, None, self.instance_dir, self.log_file, True)
         pid, bootstrap = self._recorded()
@@ -203,7 +209,7 @@ class LocalBroker:
 
     def start(self) -> BrokerStatus:
         """Start the broker unless it runs already; return once it answers metadata requests."""
-        ext = external_bootstrap()
+        ext = self._external()
         if ext:
             if not broker_answers(ext, timeout_s=10):
                 raise BrokerError(f"FW_BOOTSTRAP_SERVERS={ext} does not answer a metadata request")
@@ -228,7 +234,7 @@ class LocalBroker:
 
     def stop(self) -> bool:
         """Stop the broker; True when one was running. Leaves the data directory in place."""
-        if external_bootstrap():
+        if self._external():
             return False
         pid, _ = self._recorded()
         if pid is None or not _alive(pid):
@@ -408,7 +414,14 @@ class LocalBroker:
             return "(no log)"
 
     def wipe(self) -> bool:
-        """Stop the broker and delete its instance directory (data included)."""
+        """Stop the broker and delete its instance directory (data included). Refused while
+        FW_BOOTSTRAP_SERVERS names a cluster: ``stop`` leaves that alone, and the directory
+        may be the data of the very broker it names."""
+        ext = self._external()
+        if ext:
+            raise BrokerError(f"FW_BOOTSTRAP_SERVERS={ext} names a cluster this command does not manage, so it "
+                              f"neither stops a broker nor deletes {self.instance_dir}; unset it to wipe the "
+                              "local broker")
         was_running = self.stop()
         shutil.rmtree(self.instance_dir, ignore_errors=True)
         return was_running

@@ -56,7 +56,9 @@ def main() -> None:
         while ctx is not None and ctx.parent is not None:  # the subcommands, not the program's name
             names.append(ctx.info_name or "")
             ctx = ctx.parent
-        _fail(f"{exc.format_message()} (see {' '.join(['fw', *reversed(names)])} --help)", exc.exit_code)
+        said = exc.format_message()
+        hint = "" if said.endswith(")") or "\n" in said else f" (see {' '.join(['fw', *reversed(names)])} --help)"
+        _fail(f"{said}{hint}", exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -223,7 +223,8 @@ def check_spark() -> list[Check]:
     checks = [Check("pyspark", Status.OK, f"pyspark {version}")]
     if _connector_cached(target):
         return [*checks, Check("spark-kafka", Status.OK, f"Spark's Kafka connector in {target}")]
-    return [*checks, Check("spark-kafka", Status.FAIL, f"Spark's Kafka connector {version} is not in {target}",
+    # a warning: the first fw replay fetches it itself (a fresh machine is not broken)
+    return [*checks, Check("spark-kafka", Status.WARN, f"Spark's Kafka connector {version} is not in {target} yet",
                            "the first fw replay resolves it with mvn from Maven Central; "
                            "fw replay SERVICE --dry-run does so without running Spark")]
 

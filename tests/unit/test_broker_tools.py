@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FW = [sys.executable, "-c", "from framework.cli import main; main()"]
 
 
@@ -73,3 +75,16 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch) -> None:
     monkeypatch.setattr(local.uuid, "uuid4", lambda: next(draws))
     cluster_id = local._cluster_id()
     assert len(cluster_id) == 22 and not cluster_id.startswith("-")
+
+
+def test_wipe_refuses_while_fw_bootstrap_servers_names_a_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local broker's directory may hold the data of the very cluster the variable names."""
+    from framework.broker.local import LocalBroker
+    from framework.errors import BrokerError
+
+    (tmp_path / "data").mkdir()
+    monkeypatch.setenv("FW_BROKER_DIR", str(tmp_path))
+    monkeypatch.setenv("FW_BOOTSTRAP_SERVERS", "127.0.0.1:39092")
+    with pytest.raises(BrokerError, match="names a cluster this command does not manage"):
+        LocalBroker().wipe()
+    assert (tmp_path / "data").is_dir()
