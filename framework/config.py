@@ -76,6 +76,8 @@ class KafkaConfig:
     consumer: Mapping[str, str] = field(default_factory=_empty)
     producer: Mapping[str, str] = field(default_factory=_empty)
     transaction_timeout_ms: int = 60000
+    connect_timeout_ms: int = 60000  # how long a starting service waits for an unreachable cluster
+    create_topics: bool = True  # false: a missing source or sink topic stops the service
 
     def __post_init__(self) -> None:
         # Read-only string views, whatever was passed in (dicts, TOML numbers, booleans).

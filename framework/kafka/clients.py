@@ -24,7 +24,8 @@ from confluent_kafka import (
 )
 
 from framework.engine.context import Headers
-from framework.errors import FatalKafkaError, KafkaClientError
+from framework.errors import AccessProblem, ConfigError, FatalKafkaError, KafkaClientError
+from framework.kafka.logs import CLIENT_LOG
 
 log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
@@ -78,13 +79,14 @@ class KafkaOutput:
             "partitioner": "murmur2_random",  # the Java client's partitioner: same key, same partition
             "compression.type": "lz4",
             "queue.buffering.max.messages": 500_000,
-            "logger": log,
+            "logger": CLIENT_LOG,
         }
         conf.update(settings)
         if transactional_id:
             conf["transactional.id"] = transactional_id
         self.transactional = bool(transactional_id)
         self._p = Producer(conf)
+        self._conf = {k: v for k, v in conf.items() if k in ("sasl.username", "transactional.id")}
         self._output_report = None if self.transactional else self._on_delivery
         self._changelog_ends: dict[TP, int] = {}
         self._delivery_error: KafkaError | None = None
@@ -161,7 +163,16 @@ class KafkaOutput:
         try:
             self._p.init_transactions(timeout_s)
         except KafkaException as exc:
-            raise FatalKafkaError(f"init_transactions failed: {exc}") from exc
+            err = exc.args[0]
+            if err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                who = (f"User:{self._conf['sasl.username']}" if self._conf.get("sasl.username")
+                       else "this client's principal")
+                txid = self._conf.get("transactional.id")
+                raise AccessProblem(
+                    f"{who} may not use transactional id {txid!r}: {err.str()}. Fix: grant it, e.g. kafka-acls "
+                    f"--add --allow-principal {who} --operation Write --transactional-id {txid} (or names with "
+                    "its service's prefix: --resource-pattern-type prefixed)") from None
+            raise FatalKafkaError(f"init_transactions failed: {err.str()}") from exc
 
     def begin(self) -> None:
         self._p.begin_transaction()
@@ -335,7 +346,7 @@ class ChangelogReader:
     def __init__(self, settings: Mapping[str, Any], group: str) -> None:
         conf: dict[str, Any] = {
             "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
-            "enable.partition.eof": True, "auto.offset.reset": "earliest", "logger": log,
+            "enable.partition.eof": True, "auto.offset.reset": "earliest", "logger": CLIENT_LOG,
         }
         conf.update(settings)
         self._c = Consumer(conf)

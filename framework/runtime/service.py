@@ -23,9 +23,11 @@ from typing import Any, cast
 from framework.config import Config, Guarantee, OnError
 from framework.engine.context import InputRecord
 from framework.engine.runner import TaskRunner
-from framework.errors import FatalKafkaError
+from framework.errors import AccessProblem, FatalKafkaError, KafkaClientError
+from framework.kafka.acl import Grant, denied, missing_grants
 from framework.kafka.admin import admin_client, topic_ids
 from framework.kafka.clients import TP, ChangelogReader, GroupConsumer, KafkaOutput
+from framework.kafka.connect import client_failure, wait_for_cluster
 from framework.observe.metrics import multiprocess_dir
 from framework.observe.observer import Observer
 from framework.observe.server import StatusServer
@@ -80,6 +82,10 @@ class Service:
         client_id = self._start_endpoint()
         try:
             self._run(until, cfg, settings, client_id)
+        except Exception as exc:
+            said = client_failure(exc)
+            if isinstance(exc, AccessProblem) or not (said or isinstance(exc, KafkaClientError)):
+                raise
         finally:
             if self.server is not None:
                 self.server.close()
@@ -105,7 +111,11 @@ class Service:
 
     def _run(self, until: Callable[[Service], bool] | None, cfg: Config, settings: dict[str, str],
              client_id: str | None) -> None:
-        self.partitions = ensure_service_topics(self.pipeline, settings)
+        wait_for_cluster(settings, cfg.kafka.connect_timeout_ms / 1000)
+        self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics)
+        missing = missing_grants(settings, self.pipeline)
+        if missing:
+            raise denied(settings, self.pipeline.name, missing)
         _warn_about_generated_names(self.pipeline)
         self.backend = RocksDBBackend(cfg.state.dir)
         txid = f"{self.pipeline.name}-{self.instance_id}" if self.exactly_once else None
@@ -286,6 +296,15 @@ def _warn_about_generated_names(pipeline: Pipeline) -> None:
 def _counters(metrics: dict[str, int]) -> str:
     """``; dead_letters=n, late_records.<step>=n, ...`` (only what was counted)."""
     return "".join(f"; {name}={n}" for name, n in sorted(metrics.items()) if n and name != "records")
+
+
+def _missing_grants(settings: dict[str, str], pipeline: Pipeline) -> list[Grant]:
+    try:
+        return missing_grants(settings, pipeline, timeout_s=10.0)
+    except Exception as exc:
+        if client_failure(exc) is None:
+            raise
+        return []  # the cluster cannot say: the original error stands
 
 
 def run_service(pipeline: Pipeline, config: Config | None = None, instance_id: str | None = None) -> None:
