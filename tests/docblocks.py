@@ -47,6 +47,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -292,6 +293,19 @@ class Runner:
         self._n = 0
 
     # -- steps -----------------------------------------------------------------------
+
+    def run_all(self, steps: Iterable[Block | Directive]) -> None:
+        """Run ``steps`` in order; every background command must have been stopped by then.
+        On failure the transcript's tail is printed; background commands are killed either way."""
+        try:
+            for step in steps:
+                self.run(step)
+            assert not self.background, f"background blocks never stopped: {sorted(self.background)}"
+        except BaseException:
+            print(self.transcript_tail())
+            raise
+        finally:
+            self.kill_all()
 
     def run(self, step: Block | Directive) -> str:
         if isinstance(step, Directive):

@@ -65,16 +65,7 @@ def test_the_runnable_blocks_of_a_page_run(page: Path, repo_copy: Path, kafka_bo
     # gets its own copy of the copy.
     work = tmp_path / "repo"
     shutil.copytree(repo_copy, work, symlinks=True)
-    runner = Runner(work, clean_env(FW_BOOTSTRAP_SERVERS=kafka_bootstrap), tmp_path / "blocks")
-    try:
-        for step in parse(page).steps:
-            runner.run(step)
-        assert not runner.background, f"background blocks never stopped: {sorted(runner.background)}"
-    except BaseException:
-        print(runner.transcript_tail())
-        raise
-    finally:
-        runner.kill_all()
+    Runner(work, clean_env(FW_BOOTSTRAP_SERVERS=kafka_bootstrap), tmp_path / "blocks").run_all(parse(page).steps)
 
 
 def test_there_are_runnable_blocks_beyond_the_tutorial() -> None:

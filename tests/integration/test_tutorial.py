@@ -72,16 +72,7 @@ def test_the_tutorial_runs_as_written(clean_broker: str, tmp_path: Path) -> None
     assert f"fw new service {SERVICE}\n" in TUTORIAL.read_text(), "SERVICE no longer names the tutorial's service"
     start = tmp_path / "work"
     start.mkdir()
-    runner = Runner(start, clean_env(FW_BOOTSTRAP_SERVERS=clean_broker), tmp_path / "blocks")
-    try:
-        for step in page.steps:
-            runner.run(step)
-        assert not runner.background, f"background blocks never stopped: {sorted(runner.background)}"
-    except BaseException:
-        print(runner.transcript_tail())
-        raise
-    finally:
-        runner.kill_all()
+    Runner(start, clean_env(FW_BOOTSTRAP_SERVERS=clean_broker), tmp_path / "blocks").run_all(page.steps)
     # The tutorial's own claims about where things end up.
     project = start / "shop"
     assert (project / "services" / SERVICE / "pipeline.py").is_file()
