@@ -13,8 +13,9 @@ One root, ``FrameworkError``; every error the framework raises on purpose derive
     ├── RecordError            about one record; prints ``topic[partition]@offset`` and step
     │   ├── DeserializationError
     │   ├── SerializationError
+    │   │   └── RecordTooLargeError  larger than the producer may send (message.max.bytes)
     │   ├── ProcessingError    user code raised while processing the record
-    │   └── TimestampError     an event-time step met a record without a usable timestamp
+    │   └── TimestampError     no usable event timestamp, or one the output topic refuses
     ├── KafkaClientError       a client call failed; carries the librdkafka error
     │   └── FatalKafkaError    the producer/consumer cannot continue (e.g. fenced)
     │       └── AccessProblem  the cluster refused the login or an operation (ACLs)
@@ -108,6 +109,13 @@ class RecordError(FrameworkError):
         self.args = (self._render(),)
         return self
 
+    def in_step(self, step: str) -> RecordError:
+        """Attach the step when the raiser did not know it (the producer, for one)."""
+        if self.step is None:
+            self.step = step
+            self.args = (self._render(),)
+        return self
+
     def __str__(self) -> str:
         return self._render()
 
@@ -130,9 +138,14 @@ class SerializationError(RecordError):
     """An output value could not be encoded."""
 
 
+class RecordTooLargeError(SerializationError):
+    """An output record is larger than the producer may send (``message.max.bytes``)."""
+
+
 class ProcessingError(RecordError):
     """User code raised while processing the record."""
 
 
 class TimestampError(RecordError):
-    """An event-time step met a record without a usable timestamp."""
+    """An event-time step met a record without a usable timestamp, or an output's timestamp
+    lies further ahead of (or behind) now than its topic accepts."""

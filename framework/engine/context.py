@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from framework.errors import RecordCoordinates, SerializationError
+from framework.errors import RecordCoordinates, RecordError, SerializationError
 from framework.serde.values import ValueCodec
 from framework.state.cache import CachedPartition
 from framework.time.clock import Clock, TaskClock
@@ -25,6 +26,26 @@ class InputRecord(Protocol):
     def timestamp(self) -> tuple[int, int]: ...
     def headers(self) -> list[tuple[str, bytes]] | None: ...
     def error(self) -> Any: ...
+
+
+_read_headers = operator.methodcaller("headers")
+_unreadable: list[Any] = [None]  # the last record whose headers could not be read
+
+
+def record_headers(msg: InputRecord) -> list[tuple[str, bytes]] | None:
+    """The record's headers; None when the client cannot read them. confluent-kafka cannot
+    decode a header name that is not UTF-8 (a producer in another language can write one): its
+    ``headers()`` then returns with the error still pending, which a call through
+    ``methodcaller`` raises here (a plain call in warmed-up code lets it surface later,
+    anywhere), and keeps a broken list that a second call would return: the record is
+    remembered instead."""
+    if msg is _unreadable[0]:
+        return None
+    try:
+        return list(_read_headers(msg) or ())
+    except SystemError:
+        _unreadable[0] = msg
+        return None
 
 
 class Output(Protocol):
@@ -105,7 +126,10 @@ class TaskContext:
                 raise SerializationError(f"cannot encode the late record for {name!r}: {type(exc).__name__}: {exc}",
                                          None, step.name, fix=f"give the late topic serdes that fit the step's "
                                          f"input: late=Topic({name!r}, key_serde=..., value_serde=...)") from exc
-            produce(name, kb, vb, ts)
+            try:
+                produce(name, kb, vb, ts)
+            except RecordError as exc:  # the producer refused it: this record's error
+                raise exc.in_step(step.name)
 
         return send
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from framework.engine.compile import build_step
-from framework.engine.context import InputRecord, Output, TaskContext
+from framework.engine.context import InputRecord, Output, TaskContext, record_headers
 from framework.errors import DeserializationError, PipelineError, ProcessingError, RecordError, StateError
 from framework.logs import record_fields
 from framework.pipeline import steps as S
@@ -153,7 +153,7 @@ class Task:
         def handle(msg: InputRecord) -> bool | None:
             ctx.current = msg
             if fed is not None and msg.key() is None and msg.value() is None:
-                for name, value in msg.headers() or ():
+                for name, value in record_headers(msg) or ():
                     if name == WATERMARK_HEADER:
                         on_control(fed, value)
                         return True
@@ -242,7 +242,10 @@ class Task:
             "service": self.pipeline.name})
         headers = [("fw.step", step.encode()), ("fw.timer.timestamp", str(ts).encode()),
                    ("fw.error.type", type(exc).__name__.encode()), ("fw.error.message", str(err)[:4000].encode())]
-        self.output.produce(self.pipeline.dead_letter.name, key, None, max(ts, 0), headers)
+        try:
+            self.output.produce(self.pipeline.dead_letter.name, key, None, max(ts, 0), headers)
+        except RecordError:  # a time the dead-letter topic refuses: fw.timer.timestamp keeps it
+            self.output.produce(self.pipeline.dead_letter.name, key, None, 0, headers)
         self.dead_letters += 1
 
     # -- records -------------------------------------------------------------------------
@@ -253,12 +256,17 @@ class Task:
         return self.handlers[msg.topic()](msg)
 
     def dead_letter(self, msg: InputRecord, error: RecordError) -> None:
-        """Send the original bytes with their coordinates and the error to the dead-letter topic."""
+        """Send the original key, value, timestamp and headers to the dead-letter topic, then
+        the coordinates, step and error as headers: after the record's own, so the last header
+        of each ``fw.`` name is the framework's even if the record carried one (the last one
+        is what Java's ``Headers.lastHeader`` reads). A copy the producer refuses (larger than
+        it may send, or with a timestamp the topic refuses) goes without its key, value,
+        timestamp and headers, saying so in ``fw.omitted``; the original stays at its coordinates."""
         if error.coordinates is None:
             error.locate(self.ctx.coordinates())
         log.error("dead letter: %s", error, extra={
             **record_fields(error.coordinates, error.step), "service": self.pipeline.name})
-        headers = [
+        own = [
             ("fw.source.topic", msg.topic().encode()),
             ("fw.source.partition", str(msg.partition()).encode()),
             ("fw.source.offset", str(msg.offset()).encode()),
@@ -266,9 +274,20 @@ class Task:
             ("fw.error.type", type(error.__cause__ or error).__name__.encode()),
             ("fw.error.message", str(error)[:4000].encode()),
         ]
-        headers += list(msg.headers() or ())
-        self.output.produce(self.pipeline.dead_letter.name, msg.key(), msg.value(), msg.timestamp()[1],
-                            headers)
+        original = record_headers(msg)
+        if original is None:
+            own.append(("fw.source.headers", b"not copied: the client cannot read them (a name not in UTF-8)"))
+        topic, key, value, ts = self.pipeline.dead_letter.name, msg.key(), msg.value(), msg.timestamp()[1]
+        try:
+            self.output.produce(topic, key, value, ts, [*(original or ()), *own])
+        except RecordError as exc:  # the producer refused the copy (too large; a timestamp the topic refuses)
+            log.error("the dead letter of %s cannot be sent as it is, so it goes without its key, value and "
+                      "headers; the record stays at %s until the topic's retention deletes it: %s",
+                      error.coordinates, error.coordinates, exc.message, extra={
+                          **record_fields(error.coordinates, error.step), "service": self.pipeline.name})
+            omitted = (f"key ({len(key or b'')} bytes), value ({len(value or b'')} bytes), timestamp {ts} and "
+                       f"{len(original or ())} headers: {exc.message}")
+            self.output.produce(topic, None, None, 0, [*own, ("fw.omitted", omitted.encode())])  # 0: now
         self.dead_letters += 1
 
     # -- checkpoint steps ----------------------------------------------------------------

@@ -98,7 +98,10 @@ def build_key_by(step: S.KeyBy, ctx: TaskContext, down: S.Push) -> S.Push:
                 f"cannot encode the value for the repartition topic {topic!r}: {type(exc).__name__}: {exc}", None,
                 name, fix="re-key built-in values (dict, list, tuple, str, int, float, ...), register the value's "
                           "type with Pipeline(..., types=[...]), or give key_by a value_serde") from exc
-        produce(topic, kb, vb, ts)
+        try:
+            produce(topic, kb, vb, ts)
+        except RecordError as exc:  # the producer refused it: this record's error
+            raise exc.in_step(name)
 
     return push
 
@@ -115,6 +118,9 @@ def build_sink(step: S.Sink, ctx: TaskContext, down: S.Push) -> S.Push:
         except Exception as exc:
             raise SerializationError(f"cannot encode the output for {topic!r}: {type(exc).__name__}: {exc}",
                                      None, name, fix=f"make the step's output match {topic!r}'s serdes") from exc
-        produce(topic, kb, vb, ts)
+        try:
+            produce(topic, kb, vb, ts)
+        except RecordError as exc:  # the producer refused it: this record's error
+            raise exc.in_step(name)
 
     return push

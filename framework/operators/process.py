@@ -10,6 +10,7 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from framework.engine.context import record_headers
 from framework.operators.aggregate import require_key
 from framework.operators.basic import user_error
 from framework.state.views import KeyScope, ListState, MapState, ValueState
@@ -46,7 +47,7 @@ class TaskProcessContext:
     @property
     def headers(self) -> list[tuple[str, bytes]]:
         msg = self._task.current
-        return list(msg.headers() or ()) if msg is not None else []
+        return (record_headers(msg) or []) if msg is not None else []
 
     @property
     def watermark(self) -> int:

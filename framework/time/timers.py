@@ -36,11 +36,14 @@ class TimerService:
         return self._prefix + _TS.pack(t[0] + _BIAS) + t[1] + bytes((t[2],))
 
     def register(self, ts: int, key: bytes, namespace: int = 0) -> None:
+        """``ValueError`` for a time outside Kafka's signed 64-bit milliseconds, before any change."""
         t = (ts, key, namespace)
         if t not in self._live:
+            if not -_BIAS <= ts < _BIAS:
+                raise ValueError(f"a timer at {ts} ms is outside Kafka's timestamps (signed 64-bit milliseconds)")
+            self._store.put(self._encode(t), 1)
             self._live.add(t)
             heapq.heappush(self._heap, t)
-            self._store.put(self._encode(t), 1)
 
     def delete(self, ts: int, key: bytes, namespace: int = 0) -> None:
         t = (ts, key, namespace)

@@ -106,10 +106,12 @@ class WatermarkStrategy:
 
 
 def checked(ts: Any, step: str) -> int:
-    """``ts`` as an int timestamp, or a TimestampError that says how to assign one."""
-    if type(ts) is int and ts >= 0:
+    """``ts`` as an int timestamp, or a TimestampError that says how to assign one. A Kafka
+    timestamp is a signed 64-bit number of milliseconds: a larger one (or an infinite or NaN
+    float) is no time at all, and would fail in the producer, not as this record's error."""
+    if type(ts) is int and 0 <= ts <= MAX_WATERMARK:
         return ts
-    if isinstance(ts, float) and ts >= 0 and ts == ts:
+    if isinstance(ts, float) and 0 <= ts <= MAX_WATERMARK:  # False for NaN and infinity
         return int(ts)
     raise TimestampError(f"no usable event timestamp (got {ts!r}; need milliseconds since the epoch)",
                          None, step, fix=_FIX)

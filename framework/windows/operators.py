@@ -18,11 +18,12 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
+from framework.errors import TimestampError
 from framework.operators.aggregate import require_key
 from framework.operators.basic import user_error
 from framework.state.keys import keyed, state_prefix
 from framework.time.timers import TimerService
-from framework.time.watermarks import NO_WATERMARK, checked
+from framework.time.watermarks import MAX_WATERMARK, NO_WATERMARK, checked
 from framework.windows.definitions import (
     CountWindows,
     GlobalWindows,
@@ -64,6 +65,7 @@ class _WindowOp:
         self.lateness = step.allowed_lateness_ms if event else 0
         self.early = step.early_firing
         self.late = ctx.late_output(step)
+        self.horizon = self.lateness  # how far after a record's time its windows may end (ms)
         if event:
             self.clock = ctx.clock_for(step.name)
             self.timers = TimerService(self.store, "event")
@@ -75,7 +77,13 @@ class _WindowOp:
     def _now(self, ts: int) -> tuple[int, int]:
         """(the record's window time, the operator's current watermark)."""
         if self.event:
-            return checked(ts, self.name) if type(ts) is not int or ts < 0 else ts, self.clock.watermark
+            t = checked(ts, self.name) if type(ts) is not int or ts < 0 else ts
+            if t > MAX_WATERMARK - self.horizon:  # its windows, timers and results would not fit
+                raise TimestampError(
+                    f"event time {t} is too close to the largest Kafka timestamp (2**63 - 1 ms): its windows "
+                    f"would end (and be cleaned up) {self.horizon} ms later, beyond it", None, self.name,
+                    fix="check the timestamps the producer writes (or the step's timestamp assigner)")
+            return t, self.clock.watermark
         return self.ctx.now_ms(), NO_WATERMARK
 
     def _on_time(self, limit: int) -> None:
@@ -114,6 +122,7 @@ class _TimeWindowOp(_WindowOp):
         spec = step.windows
         super().__init__(step, ctx, down, spec.clock == "event")
         self.size, self.slide, self.offset = spec.size_ms, spec.slide_ms, spec.offset_ms
+        self.horizon += self.size
         self.prefix = state_prefix("win")
 
     def push(self, k: Any, v: Any, ts: int) -> None:
@@ -166,6 +175,7 @@ class _SessionOp(_WindowOp):
         spec = step.windows
         super().__init__(step, ctx, down, spec.clock == "event")
         self.gap = spec.gap_ms
+        self.horizon += self.gap  # a session grows by at most one gap per record
         self.prefix = state_prefix("sessions")
         merge = step.function.merge
         if merge is None:
