@@ -114,6 +114,10 @@ class ProcessingConfig:
     max_tolerated_downtime_ms: int = 10000
     watermark_interval_ms: int = 200
     stall_warning_ms: int = 30000
+    # A static member (--instance-id) leaves the group on SIGTERM as a dynamic one does, so its
+    # partitions move at once; false: it stays until its session times out, and a restart
+    # within it takes the partitions back without a rebalance (docs/operations.md, Failover).
+    leave_group_on_shutdown: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +235,7 @@ _RESERVED = (  # settings the framework owns; a second way to set them would be 
     ("producer", "transaction.timeout.ms", "use kafka.transaction_timeout_ms"),
     ("producer", "transactional.id", "the framework derives it from the service"),
     ("consumer", "group.id", "the consumer group is the service name"),
+    ("consumer", "group.instance.id", "fw run --instance-id sets it, one per member"),
 )
 
 _BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,

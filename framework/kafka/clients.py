@@ -192,9 +192,22 @@ class KafkaOutput:
 
 
 class GroupConsumer:
-    """The service's consumer-group member (range assignment keeps inputs co-partitioned)."""
+    """The service's consumer-group member.
+
+    Assignment keeps inputs co-partitioned (partition i of every input on one member): the
+    classic protocol with the client-side ``range`` assignor (eager: a rebalance revokes every
+    partition, then assigns), or, with ``group.protocol=consumer`` (KIP-848), the broker's
+    ``range`` assignor, whose changes are incremental: only partitions that move are revoked.
+
+    ``instance_id`` makes the member static (``group.instance.id``, classic protocol only): a
+    member restarted within the session timeout gets its partitions back without a rebalance.
+    librdkafka sends no LeaveGroup when a static member closes, so its partitions would wait
+    for the session timeout; with ``leave_on_close`` it leaves the group on ``close`` as a
+    dynamic member does (docs/operations.md, "Failover").
+    """
 
     def __init__(self, settings: Mapping[str, Any], group: str, *, client_id: str | None = None,
+                 instance_id: str | None = None, leave_on_close: bool = True,
                  stats_interval_ms: int = 0) -> None:
         conf: dict[str, Any] = {
             "group.id": group,
@@ -202,14 +215,16 @@ class GroupConsumer:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
-            # range gives partition i of every co-partitioned input to the same member
-            "partition.assignment.strategy": "range",
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 1_000,
             "max.poll.interval.ms": 300_000,
-            "logger": log,
+            "logger": CLIENT_LOG,
         }
+        conf.update(group_protocol_settings(settings))
         conf.update(settings)
+        self.incremental = conf.get("group.protocol") == "consumer"
+        if self.incremental:
+            _drop_classic_only(conf)
+        self.static = _join_static(conf, instance_id, self.incremental)
+        self.leave_on_close = leave_on_close
         if client_id:  # names the member's status endpoint to `fw status` (docs/observability.md)
             conf["client.id"] = client_id
         if stats_interval_ms:
@@ -244,19 +259,31 @@ class GroupConsumer:
 
     def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
                   on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None]) -> None:
+        """Join the group. ``on_assign`` gets the partitions added, ``on_revoke`` and ``on_lost``
+        those taken away: all of them under the eager classic protocol, only those that move
+        under the consumer protocol (the others keep being consumed meanwhile)."""
         def assigned(consumer: Consumer, parts: list[TopicPartition]) -> None:
-            consumer.assign(parts)
+            if self.incremental:
+                consumer.incremental_assign(parts)
+            else:
+                consumer.assign(parts)
             on_assign([(tp.topic, tp.partition) for tp in parts])
+
+        def released(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            if self.incremental:
+                consumer.incremental_unassign(parts)
+                self.paused.difference_update((tp.topic, tp.partition) for tp in parts)
+            else:
+                consumer.unassign()
+                self.paused.clear()
 
         def revoked(consumer: Consumer, parts: list[TopicPartition]) -> None:
             on_revoke([(tp.topic, tp.partition) for tp in parts])
-            consumer.unassign()
-            self.paused.clear()
+            released(consumer, parts)
 
         def lost(consumer: Consumer, parts: list[TopicPartition]) -> None:
             on_lost([(tp.topic, tp.partition) for tp in parts])
-            consumer.unassign()
-            self.paused.clear()
+            released(consumer, parts)
 
         self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=lost)
 
@@ -337,7 +364,79 @@ class GroupConsumer:
                            asynchronous=False)
 
     def close(self) -> None:
+        """Leave the group (a static member only with ``leave_on_close``) and close."""
+        if self.static and self.leave_on_close:
+            self._leave(_LEAVE_TIMEOUT_S)
         self._c.close()
+
+    def _leave(self, timeout_s: float) -> None:
+        # librdkafka skips the LeaveGroup of a static member that closes (KIP-345), but not of
+        # one that unsubscribes: the revoke is served here, then the LeaveGroup goes out and
+        # the member id is cleared. Records polled meanwhile are dropped: none was processed,
+        # so none is committed (the final checkpoint came before).
+        self._c.unsubscribe()
+        deadline = time.monotonic() + timeout_s
+        while self._c.memberid() and time.monotonic() < deadline:
+            self._c.poll(0.05)
+        if self._c.memberid():
+            log.warning("static member did not leave the group within %.0f s: its partitions move "
+                        "when its session times out", timeout_s)
+
+
+def group_protocol_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The group settings the framework adds to the user's ``kafka.consumer`` for its protocol.
+
+    Classic (default): the client-side ``range`` assignor, which gives partition i of every
+    co-partitioned input to the same member; a 10 s session. ``group.protocol=consumer``: the
+    broker's ``range`` assignor, which does the same when every member subscribes to the same
+    topics, all with the same partition count (the broker's default, ``uniform``, does not);
+    session and heartbeat are the broker's (``group.consumer.session.timeout.ms``,
+    ``group.consumer.heartbeat.interval.ms``)."""
+    if settings.get("group.protocol") != "consumer":
+        return {"partition.assignment.strategy": "range", "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 1_000}
+    assignor = settings.get("group.remote.assignor", "range")
+    if assignor != "range":
+        raise ConfigError(
+            f"kafka.consumer group.remote.assignor={assignor!r} does not keep the inputs co-partitioned "
+            "(partition i of every input on one member). Fix: leave it unset, or set it to 'range'")
+    return {"group.remote.assignor": "range"}
+
+
+def _join_static(conf: dict[str, Any], instance_id: str | None, incremental: bool) -> bool:
+    """Make the member static (``group.instance.id``) when it has an instance id and the
+    classic protocol; whether it is."""
+    if not instance_id:
+        return False
+    if incremental:
+        # The broker refuses a consumer-protocol static member whose predecessor did not leave
+        # (UNRELEASED_INSTANCE_ID) until that one's session times out, and librdkafka makes the
+        # refusal fatal: a member restarted after a crash would stop at once.
+        log.warning("group.protocol=consumer: instance %s joins as a dynamic member (no group.instance.id): "
+                    "a static member restarted after a crash is refused until its predecessor's session "
+                    "times out", instance_id)
+        return False
+    conf["group.instance.id"] = instance_id
+    return True
+
+
+def _drop_classic_only(conf: dict[str, Any]) -> None:
+    """librdkafka refuses these with ``group.protocol=consumer`` (the broker owns them): a
+    setting meant for the classic protocol is dropped with a warning instead of failing."""
+    for key, owner in _CLASSIC_ONLY.items():
+        if key in conf:
+            log.warning("kafka.consumer %s=%s is ignored with group.protocol=consumer: %s", key,
+                        conf.pop(key), owner)
+
+
+_LEAVE_TIMEOUT_S = 10.0
+_CLASSIC_ONLY = {
+    "session.timeout.ms": "the broker sets it (group.consumer.session.timeout.ms, at least "
+                          "group.consumer.min.session.timeout.ms, 45000 by default)",
+    "heartbeat.interval.ms": "the broker sets it (group.consumer.heartbeat.interval.ms)",
+    "partition.assignment.strategy": "the broker assigns (group.remote.assignor=range)",
+    "group.protocol.type": "the consumer protocol has none",
+}
 
 
 class ChangelogReader:
