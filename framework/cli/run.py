@@ -68,11 +68,17 @@ def _where(exc: BaseException) -> str:
 @click.command()
 @click.argument("target")
 @click.option("--processes", "-p", default=1, show_default=True, help="Group members to run (one per core).")
-@click.option("--instance-id", default=None, help="This member's id (names its transactional.id).")
+@click.option("--instance-id", default=None,
+              help="This member's stable id: names its transactional.id and makes it a static group member "
+                   "(group.instance.id), which takes its partitions back without a rebalance when restarted "
+                   "within the session timeout. With --processes N, child i is ID-i.")
+@click.option("--dynamic-membership", is_flag=True, hidden=True,
+              help="The instance id names the transactional.id only (children of --processes without an id).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="A TOML configuration file (else FW_CONFIG).")
 @click.option("--log-level", default="INFO", show_default=True)
-def run(target: str, processes: int, instance_id: str | None, config_file: str | None, log_level: str) -> None:
+def run(target: str, processes: int, instance_id: str | None, dynamic_membership: bool, config_file: str | None,
+        log_level: str) -> None:
     """Run the service defined by TARGET (module:pipeline) until SIGTERM or SIGINT."""
     configure_logging(log_level)  # text, or JSON lines with FW_LOG_FORMAT=json (children too)
     from pathlib import Path
@@ -84,8 +90,8 @@ def run(target: str, processes: int, instance_id: str | None, config_file: str |
         from framework.runtime.processes import supervise
 
         extra = ["--log-level", log_level] + (["--config", config_file] if config_file else [])
-        sys.exit(supervise(target, processes, extra, config))
+        sys.exit(supervise(target, processes, extra, config, instance_id))
     from framework.runtime.service import run_service
 
     pipeline = load_pipeline(target)
-    run_service(pipeline, config, instance_id)
+    run_service(pipeline, config, instance_id, static_membership=not dynamic_membership)

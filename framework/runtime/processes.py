@@ -1,9 +1,13 @@
 """``--processes N``: N group members of one service, one per core.
 
-Each child is a fresh ``fw run`` with its own ``--instance-id`` (0..N-1), so each has its
-own transactional.id: a restarted child fences its killed predecessor's transaction at once
-instead of waiting for the transaction timeout. A child that dies from a signal is restarted;
-one that exits with an error is not (it would fail again the same way).
+Each child is a fresh ``fw run`` with its own ``--instance-id``, the same across its restarts,
+so each has its own transactional.id: a restarted child fences its killed predecessor's
+transaction at once instead of waiting for the transaction timeout. Given ``--instance-id ID``,
+child i is ``ID-i`` and a static group member (``group.instance.id``): restarted, it takes its
+partitions back without a rebalance. Without one, child i is ``i`` and a dynamic member: ids
+0..N-1 repeat on every host, and static ids must be unique in the group. A child that dies
+from a signal is restarted; one that exits with an error is not (it would fail again the same
+way).
 
 The supervisor serves the status endpoint at the configured port for all the children
 (``framework.observe.supervisor``); each child serves its own on a free port.
@@ -27,8 +31,10 @@ from framework.observe.supervisor import Children
 log = logging.getLogger("framework.processes")
 
 
-def supervise(target: str, processes: int, extra_args: list[str], config: Config | None = None) -> int:
+def supervise(target: str, processes: int, extra_args: list[str], config: Config | None = None,
+              instance_id: str | None = None) -> int:
     obs = (config or Config.load()).observe
+    ids = child_ids(processes, instance_id)
     env = dict(os.environ)
     children: dict[int, subprocess.Popen[bytes]] = {}
     view = server = None
@@ -36,13 +42,15 @@ def supervise(target: str, processes: int, extra_args: list[str], config: Config
         shared = env.get(MULTIPROC_ENV) or tempfile.mkdtemp(prefix="fw-metrics-")
         Children.prepare(shared)
         env[MULTIPROC_ENV], env["FW_OBSERVE__PORT"] = shared, "0"
-        view = Children(shared, obs.host, lambda: {str(i): c.pid for i, c in list(children.items())})
+        view = Children(shared, obs.host, lambda: {ids[i]: c.pid for i, c in list(children.items())})
         server = StatusServer(view, obs.host, obs.port).start()
         log.info("status endpoint %s for all %d processes (/metrics sums them; each child serves its own "
                  "too)", server.url, processes)
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "framework.cli", "run", target, "--instance-id", str(i), *extra_args]
+        membership = [] if instance_id else ["--dynamic-membership"]
+        cmd = [sys.executable, "-m", "framework.cli", "run", target, "--instance-id", ids[i], *membership,
+               *extra_args]
         return subprocess.Popen(cmd, env=env)
 
     for i in range(processes):
@@ -65,9 +73,9 @@ def supervise(target: str, processes: int, extra_args: list[str], config: Config
             if code is None:
                 continue
             if view is not None:
-                view.child_died(str(i), child.pid)
+                view.child_died(ids[i], child.pid)
             if code < 0 and not stopping:
-                log.warning("instance %d died from signal %d: restarting it", i, -code)
+                log.warning("instance %s died from signal %d: restarting it", ids[i], -code)
                 children[i] = spawn(i)
                 continue
             rc = rc or code
@@ -76,3 +84,8 @@ def supervise(target: str, processes: int, extra_args: list[str], config: Config
     if server is not None:
         server.close()
     return rc
+
+
+def child_ids(processes: int, instance_id: str | None) -> list[str]:
+    """The instance id of each child: ``<instance_id>-<i>``, or ``i`` without one."""
+    return [f"{instance_id}-{i}" if instance_id else str(i) for i in range(processes)]

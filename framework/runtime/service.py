@@ -44,14 +44,19 @@ _STALL_DETAIL = 8  # partitions described (one broker request each) in a stall w
 
 
 class Service:
-    """Runs ``pipeline`` as member ``instance_id`` of consumer group ``pipeline.name``."""
+    """Runs ``pipeline`` as member ``instance_id`` of consumer group ``pipeline.name``; a given
+    ``instance_id`` is also its static ``group.instance.id`` unless ``static_membership`` is false."""
 
-    def __init__(self, pipeline: Pipeline, config: Config, instance_id: str | None = None) -> None:
+    def __init__(self, pipeline: Pipeline, config: Config, instance_id: str | None = None, *,
+                 static_membership: bool = True) -> None:
         config.validate()
         pipeline.validate()
         self.pipeline = pipeline
         self.config = config
         self.instance_id = instance_id or uuid.uuid4().hex[:8]
+        # a given id is stable, so it may be the static group.instance.id; a random one would
+        # leave a ghost member holding partitions until its session times out
+        self.static_id = instance_id if static_membership else None
         self.exactly_once = config.processing.guarantee is Guarantee.EXACTLY_ONCE
         self.inputs = pipeline.input_topics()
         self.assigned: set[TP] = set()
@@ -122,6 +127,8 @@ class Service:
         self.output = KafkaOutput({**settings, **cfg.kafka.producer,
                                    "transaction.timeout.ms": cfg.kafka.transaction_timeout_ms}, txid)
         self.consumer = GroupConsumer({**settings, **cfg.kafka.consumer}, self.pipeline.name, client_id=client_id,
+                                      instance_id=self.static_id,
+                                      leave_on_close=cfg.processing.leave_group_on_shutdown,
                                       stats_interval_ms=cfg.observe.interval_ms if client_id else 0)
         self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
                                  fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point)
@@ -227,7 +234,7 @@ class Service:
 
     def _shutdown(self) -> None:
         try:
-            self.consumer.close()  # leaves the group; revoke runs first (a no-op checkpoint)
+            self.consumer.close()  # leaves the group (static: if configured); revoke runs first (a no-op checkpoint)
         finally:
             self.restorer.close()
             self.runner.close()
@@ -307,8 +314,9 @@ def _missing_grants(settings: dict[str, str], pipeline: Pipeline) -> list[Grant]
         return []  # the cluster cannot say: the original error stands
 
 
-def run_service(pipeline: Pipeline, config: Config | None = None, instance_id: str | None = None) -> None:
+def run_service(pipeline: Pipeline, config: Config | None = None, instance_id: str | None = None, *,
+                static_membership: bool = True) -> None:
     """Run until SIGTERM/SIGINT: the body of ``fw run``."""
-    svc = Service(pipeline, config or Config.load(), instance_id)
+    svc = Service(pipeline, config or Config.load(), instance_id, static_membership=static_membership)
     svc.install_signal_handlers()
     svc.run()
