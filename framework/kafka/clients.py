@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from confluent_kafka import (
@@ -24,12 +26,20 @@ from confluent_kafka import (
 )
 
 from framework.engine.context import Headers
-from framework.errors import AccessProblem, ConfigError, FatalKafkaError, KafkaClientError
+from framework.errors import (
+    AccessProblem,
+    ConfigError,
+    FatalKafkaError,
+    KafkaClientError,
+    RecordTooLargeError,
+    TimestampError,
+)
 from framework.kafka.logs import CLIENT_LOG
 
 log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses
+_TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is refused already
 Verdict = Literal["retry", "abort", "fatal"]
 _NOT_READY_YET = (  # a partition just created, or moving: its leader is not known yet
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
@@ -92,6 +102,8 @@ class KafkaOutput:
         self._delivery_error: KafkaError | None = None
         self.produced: dict[str, int] = {}  # records sent per topic (for metrics)
         self.aborts = 0
+        self._time_limits: dict[str, tuple[int | None, int | None]] = {}  # topic -> (before, after) ms
+        self._accepted: dict[str, tuple[float, float]] = {}  # topic -> timestamps it takes, as of the last poll
 
     # -- Output protocol -----------------------------------------------------------------
 
@@ -101,10 +113,13 @@ class KafkaOutput:
         # headers): building a kwargs dict per record cost more than the produce call itself.
         # Under exactly-once an output needs no delivery report: librdkafka fails the
         # transaction's commit when any of its records fails delivery.
+        # A record the broker would refuse fails the transaction's commit, and every retry of
+        # the interval the same way: it is refused here instead, as that record's error.
         part = _ANY_PARTITION if partition is None else partition
         hdrs = list(headers) if headers else None
-        produced = self.produced
-        produced[topic] = produced.get(topic, 0) + 1
+        accepted = self._accepted.get(topic)
+        if accepted is not None and timestamp and not accepted[0] <= timestamp <= accepted[1]:
+            self._check_time(topic, timestamp)
         try:
             self._p.produce(topic, value, key, part, self._output_report, None, timestamp or 0, hdrs)
         except BufferError:
@@ -112,6 +127,12 @@ class KafkaOutput:
             self._produce(topic, {"key": key, "value": value, "partition": part,
                                   "timestamp": timestamp or 0, "headers": hdrs,
                                   "on_delivery": self._output_report})
+        except KafkaException as exc:  # librdkafka checks the size before queueing the record
+            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                raise
+            raise _too_large(topic, key, value, hdrs) from None
+        produced = self.produced
+        produced[topic] = produced.get(topic, 0) + 1
 
     def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None,
                           headers: Headers) -> None:
@@ -144,6 +165,28 @@ class KafkaOutput:
 
     def poll(self) -> None:
         self._p.poll(0)
+        if self._time_limits:
+            self._refresh_time()
+
+    def limit_timestamps(self, limits: Mapping[str, tuple[int | None, int | None]]) -> None:
+        """Refuse, as that record's ``TimestampError``, an output whose timestamp lies further
+        behind or ahead of now than its topic accepts: ``(before, after)`` ms per topic, its
+        ``message.timestamp.before.max.ms`` and ``after.max.ms`` (None: any). Within
+        ``_TIME_MARGIN_MS`` of a limit a record is refused too: the broker's clock is not ours."""
+        self._time_limits = {t: limit for t, limit in limits.items() if limit != (None, None)}
+        self._refresh_time()
+
+    def _refresh_time(self) -> None:
+        now = time.time() * 1000
+        self._accepted = {t: (-math.inf if before is None else now - before + _TIME_MARGIN_MS,
+                              math.inf if after is None else now + after - _TIME_MARGIN_MS)
+                          for t, (before, after) in self._time_limits.items()}
+
+    def _check_time(self, topic: str, timestamp: int) -> None:
+        self._refresh_time()  # the accepted times move with the clock: judge by now
+        low, high = self._accepted[topic]
+        if not low <= timestamp <= high:
+            raise _bad_time(topic, timestamp, self._time_limits[topic])
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every delivery report; raise what a failed delivery reported."""
@@ -497,3 +540,29 @@ class ChangelogReader:
 
     def close(self) -> None:
         self._c.close()
+
+
+def _too_large(topic: str, key: bytes | None, value: bytes | None, headers: Headers) -> RecordTooLargeError:
+    size = len(key or b"") + len(value or b"") + sum(len(k.encode()) + len(v or b"") for k, v in headers or ())
+    return RecordTooLargeError(
+        f"the record for {topic!r} takes {size:,} bytes (key, value and headers), more than the producer may "
+        "send (kafka.producer message.max.bytes, 1000000 unless set)", None, None,
+        fix="to process records this large, set FW_KAFKA_PRODUCER__MESSAGE_MAX_BYTES (up to 1000000000) and give "
+            "every topic the service writes to a max.message.bytes at least as large (the service creates its "
+            "own topics so); until then each such record goes to the dead-letter topic")
+
+
+def _bad_time(topic: str, timestamp: int, limits: tuple[int | None, int | None]) -> TimestampError:
+    now = time.time() * 1000
+    ahead = timestamp > now
+    setting = "message.timestamp.after.max.ms" if ahead else "message.timestamp.before.max.ms"
+    try:
+        when = f" ({datetime.fromtimestamp(timestamp / 1000, UTC).isoformat(timespec='seconds')})"
+    except (OverflowError, ValueError, OSError):
+        when = ""  # beyond the years a datetime holds
+    return TimestampError(
+        f"the record for {topic!r} has timestamp {timestamp}{when}, {abs(timestamp - now) / 1000:,.0f} s "
+        f"{'ahead of' if ahead else 'behind'} now, and the topic accepts {limits[1] if ahead else limits[0]} ms "
+        f"({setting}): the broker would refuse it", None, None,
+        fix="check the timestamps of the input (a producer's clock far off?) or the step's timestamp assigner; "
+            f"to accept such records, raise the topic's {setting} or make it message.timestamp.type=LogAppendTime")
