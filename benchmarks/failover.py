@@ -229,7 +229,8 @@ def repetition(args: argparse.Namespace, name: str, scenario: Scenario, rep: int
         watch.close()
     got = reduce_outputs("w2", read_all(args.bootstrap, out_topic))
     res["check"] = compare(reference("w2", feed.events), got)
-    admin.delete_topics([in_topic, out_topic], operation_timeout=30)
+    mine = [t for t in admin.list_topics(timeout=10).topics if t.startswith(group)]  # the changelog too
+    admin.delete_topics(mine, operation_timeout=30)
     return res
 
 
