@@ -91,6 +91,14 @@ class Service:
             said = client_failure(exc)
             if isinstance(exc, AccessProblem) or not (said or isinstance(exc, KafkaClientError)):
                 raise
+            # A denied operation surfaces wherever the client noticed it (a transaction in an
+            # error state, a produce refused): ask the cluster what this principal lacks.
+            missing = _missing_grants(settings, self.pipeline)
+            if missing:
+                raise denied(settings, self.pipeline.name, missing) from None
+            if said:
+                raise FatalKafkaError(said) from exc
+            raise
         finally:
             if self.server is not None:
                 self.server.close()
