@@ -94,6 +94,12 @@ class KafkaOutput:
         conf.update(settings)
         if transactional_id:
             conf["transactional.id"] = transactional_id
+            # When every broker it knows is down (a one-broker cluster restarting), librdkafka
+            # re-bootstraps and retires its broker handles, but the group coordinator it cached
+            # for send_offsets_to_transaction stays a retired handle, and that call then waits
+            # forever: its timeout is not enforced (librdkafka issues #5511 and #5456, open in
+            # 2.16). Without re-bootstrap the producer reconnects to the brokers it knew.
+            conf.setdefault("metadata.recovery.strategy", "none")
         self.transactional = bool(transactional_id)
         self._p = Producer(conf)
         self._conf = {k: v for k, v in conf.items() if k in ("sasl.username", "transactional.id")}
