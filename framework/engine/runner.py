@@ -210,6 +210,19 @@ class TaskRunner:
 
     # -- restore ---------------------------------------------------------------------------
 
+    def ahead_of_changelog(self, partition: int, changelogs: Mapping[str, ChangelogInfo]) -> dict[str, int]:
+        """The changelog topics of task ``partition`` whose local state says it continues past
+        their end (``changelogs``: by topic name), with the offset it continues at."""
+        out = {}
+        for store in self.pipeline.store_names():
+            topic = self.pipeline.changelog_topic(store)
+            part = self.backend.open(self.pipeline.name, store, partition)
+            offset = part.changelog_offset()
+            info = changelogs[topic]
+            if offset is not None and offset > info.end and part.changelog_id() == info.incarnation:
+                out[topic] = offset
+        return out
+
     def restore_plan(self, partition: int, changelogs: Mapping[str, ChangelogInfo]) -> list[StoreRestore]:
         """Where each store partition of task ``partition`` continues reading its changelog
         (``changelogs``: by topic name). Local state that does not reflect the changelog as it

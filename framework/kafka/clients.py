@@ -499,6 +499,8 @@ class ChangelogReader:
         conf.update(settings)
         self._c = Consumer(conf)
         self._assigned: set[TP] = set()
+        self._conf = conf
+        self._log_end: Consumer | None = None  # read_uncommitted, for high_watermark only
 
     def add_all(self, starts: list[tuple[TP, int | None]]) -> None:
         """Start reading each changelog partition at its offset (the beginning for None)."""
@@ -544,8 +546,20 @@ class ChangelogReader:
     def busy(self) -> bool:
         return bool(self._assigned)
 
+    def high_watermark(self, tp: TP, timeout_s: float) -> int:
+        """The partition's log end, records of unfinished transactions and markers included
+        (``offsets`` gives the read_committed end)."""
+        if self._log_end is None:
+            self._log_end = Consumer({**self._conf, "isolation.level": "read_uncommitted"})
+        end = self._log_end
+        return int(retry_while_not_ready(
+            lambda remaining: end.get_watermark_offsets(TopicPartition(*tp), timeout=remaining, cached=False),
+            timeout_s, f"changelog {tp[0]}[{tp[1]}]")[1])
+
     def close(self) -> None:
         self._c.close()
+        if self._log_end is not None:
+            self._log_end.close()
 
 
 def _too_large(topic: str, key: bytes | None, value: bytes | None, headers: Headers) -> RecordTooLargeError:

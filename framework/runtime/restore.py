@@ -26,6 +26,7 @@ from framework.engine.runner import ChangelogInfo, StoreRestore, TaskRunner
 from framework.kafka.clients import TP, ChangelogReader
 
 log = logging.getLogger("framework.restore")
+_MARKER_WAIT_S = 10.0  # the coordinator writes a commit's markers within moments, not seconds
 _PROGRESS_EVERY_S = 5.0
 
 
@@ -47,6 +48,26 @@ class Restorer:
     def busy(self) -> bool:
         return bool(self.pending)
 
+    def _await_markers(self, p: int, infos: dict[str, ChangelogInfo]) -> None:
+        """Local state a step past its changelog's read_committed end is usually not ahead: the
+        transaction that wrote it committed, but its commit markers, which the coordinator
+        writes after the commit returned, are not in the log yet (a task handed straight back
+        to the member that just committed it). While the log itself (its high watermark)
+        reaches the local offset, ask again for the end, for up to ``_MARKER_WAIT_S``; only
+        what is still ahead then is truncation, and rebuilt."""
+        deadline = time.monotonic() + _MARKER_WAIT_S
+        backoff = 0.01
+        while True:
+            ahead = self.runner.ahead_of_changelog(p, infos)
+            waiting = {t: o for t, o in ahead.items() if self.reader.high_watermark((t, p), 30.0) >= o}
+            if not waiting or time.monotonic() > deadline:
+                return
+            time.sleep(backoff)  # the markers are on their way: nothing to wait on but the log
+            backoff = min(backoff * 2, 0.5)
+            for topic in waiting:
+                start, end = self.reader.offsets((topic, p), 30.0)
+                infos[topic] = ChangelogInfo(infos[topic].incarnation, start, end)
+
     def start(self, partitions: list[int]) -> None:
         """Begin restoring ``partitions``; those already at the changelog end finish at once.
 
@@ -63,6 +84,7 @@ class Restorer:
             for topic in topics:
                 start, end = self.reader.offsets((topic, p), 30.0)
                 infos[topic] = ChangelogInfo(ids[topic], start, end)
+            self._await_markers(p, infos)
             items = self.runner.restore_plan(p, infos)
             for item in items:
                 log.info("restoring %s[%d] from offset %d to about %d", item.store, p, item.start, item.end)

@@ -10,10 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from framework.broker.local import free_port_pair
+
 FW = [sys.executable, "-c", "from framework.cli import main; main()"]
 
 
-def _start_with_path(tmp_path: Path, bin_dir: Path, port: int = 39392) -> subprocess.CompletedProcess[str]:
+def _start_with_path(tmp_path: Path, bin_dir: Path, port: int | None = None) -> subprocess.CompletedProcess[str]:
+    # a free pair: a fixed one may be some process's ephemeral port (ports are checked before mvn)
+    port = free_port_pair(39392) if port is None else port
     env = {k: v for k, v in os.environ.items() if k != "FW_BOOTSTRAP_SERVERS"}
     env.update(PATH=str(bin_dir), FW_HOME=str(tmp_path / "home"), FW_BROKER_PORT=str(port),
                FW_BROKER_DIR=str(tmp_path / "broker"))
