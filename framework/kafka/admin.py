@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from framework.errors import AccessProblem, KafkaClientError
 from framework.kafka.clients import retry_while_not_ready
@@ -114,6 +114,48 @@ def topic_ids(admin: AdminClient, names: Iterable[str], timeout_s: float = 30.0)
 
         out[name] = retry_while_not_ready(describe, timeout_s, f"topic {name}")
     return out
+
+
+_NO_LIMIT = 2**63 - 1  # Long.MAX_VALUE: the broker's "no limit" for the timestamp settings
+
+
+@dataclass(frozen=True)
+class TopicLimits:
+    """What a topic accepts of a produced record: its size (``max.message.bytes``) and, where
+    the record's own timestamp is kept (``message.timestamp.type=CreateTime``), how far it may
+    lie behind or ahead of the broker's clock (``message.timestamp.before.max.ms`` /
+    ``after.max.ms``; None: any)."""
+
+    max_message_bytes: int
+    before_ms: int | None = None
+    after_ms: int | None = None
+
+
+def topic_limits(admin: AdminClient, names: Iterable[str],
+                 timeout_s: float = 30.0) -> tuple[dict[str, TopicLimits], dict[str, str]]:
+    """Each topic's limits, and why they could not be read for the others (no DescribeConfigs
+    permission, for one)."""
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
+    limits: dict[str, TopicLimits] = {}
+    unknown: dict[str, str] = {}
+    if not resources:
+        return limits, unknown
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
+        try:
+            entries = {name: entry.value for name, entry in future.result().items()}
+        except KafkaException as exc:
+            unknown[resource.name] = exc.args[0].str()
+            continue
+        create_time = entries.get("message.timestamp.type", "CreateTime") == "CreateTime"
+        limits[resource.name] = TopicLimits(
+            int(entries.get("max.message.bytes") or 1_048_588),
+            _time_limit(entries.get("message.timestamp.before.max.ms")) if create_time else None,
+            _time_limit(entries.get("message.timestamp.after.max.ms")) if create_time else None)
+    return limits, unknown
+
+
+def _time_limit(value: str | None) -> int | None:
+    return None if value is None or int(value) >= _NO_LIMIT else int(value)
 
 
 def admin_client(settings: Mapping[str, Any]) -> AdminClient:

@@ -36,7 +36,7 @@ from framework.pipeline.definition import Pipeline
 from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.faults import crash_point
 from framework.runtime.restore import Restorer
-from framework.runtime.topics import ensure_service_topics
+from framework.runtime.topics import ensure_service_topics, output_limits
 from framework.state.rocksdb import RocksDBBackend
 
 log = logging.getLogger("framework.runtime")
@@ -125,7 +125,9 @@ class Service:
     def _run(self, until: Callable[[Service], bool] | None, cfg: Config, settings: dict[str, str],
              client_id: str | None) -> None:
         wait_for_cluster(settings, cfg.kafka.connect_timeout_ms / 1000)
-        self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics)
+        max_bytes = _message_max_bytes(cfg)
+        self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics,
+                                                max_message_bytes=max_bytes)
         missing = missing_grants(settings, self.pipeline)
         if missing:
             raise denied(settings, self.pipeline.name, missing)
@@ -134,6 +136,8 @@ class Service:
         txid = f"{self.pipeline.name}-{self.instance_id}" if self.exactly_once else None
         self.output = KafkaOutput({**settings, **cfg.kafka.producer,
                                    "transaction.timeout.ms": cfg.kafka.transaction_timeout_ms}, txid)
+        self.output.limit_timestamps({topic: (limits.before_ms, limits.after_ms) for topic, limits
+                                      in output_limits(self.pipeline, settings, max_bytes).items()})
         self.consumer = GroupConsumer({**settings, **cfg.kafka.consumer}, self.pipeline.name, client_id=client_id,
                                       instance_id=self.static_id,
                                       leave_on_close=cfg.processing.leave_group_on_shutdown,
@@ -306,6 +310,15 @@ def _warn_about_generated_names(pipeline: Pipeline) -> None:
         log.warning("steps %s keep state or a repartition topic under a generated name, which changes when "
                     "steps are added before them (their state would then belong to other steps): give them "
                     "name=... (see docs/writing-a-service.md)", generated)
+
+
+def _message_max_bytes(cfg: Config) -> int | None:
+    """The producer's ``message.max.bytes`` when set (librdkafka itself reports a bad value)."""
+    value = cfg.kafka.producer.get("message.max.bytes")
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
 
 
 def _counters(metrics: dict[str, int]) -> str:

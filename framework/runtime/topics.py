@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from framework.errors import PipelineError, RuntimeProblem
-from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
+from framework.kafka.admin import (
+    TopicLimits,
+    TopicSpec,
+    admin_client,
+    ensure_topics,
+    topic_limits,
+    topic_partitions,
+)
 from framework.kafka.connect import principal
 from framework.pipeline.definition import Pipeline
 
+log = logging.getLogger("framework.runtime")
 
-def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], create: bool = True) -> int:
+
+def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], create: bool = True, *,
+                          max_message_bytes: int | None = None) -> int:
     """Create missing topics; return the service's partition count (= number of tasks).
 
     Sources must be co-partitioned (same partition count). Missing sources are created with
@@ -19,6 +30,10 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
     the sources' count; changelogs are compacted. With ``create`` false (``kafka.create_topics``)
     a missing source or sink is an error; the service's own topics (repartition, changelogs,
     dead letters) are still created, as Kafka Streams creates its internal topics.
+
+    ``max_message_bytes`` (the producer's ``message.max.bytes``, when set): the topics the
+    service writes to are created with a ``max.message.bytes`` as large (a ``Topic.config`` of
+    its own wins); ``output_limits`` checks the ones that exist.
     """
     admin = admin_client(settings)
     sources = [s.topic for s in pipeline.sources()]
@@ -40,13 +55,47 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
             "with the same partition count."
         )
     n = next(iter(counts.values()))
+    limit = {} if max_message_bytes is None else {"max.message.bytes": str(max_message_bytes)}
     specs = [TopicSpec(t.name, counts[t.name], dict(t.config)) for t in sources]
-    specs += [TopicSpec(name, n) for name in pipeline.input_topics() if name not in counts]
-    specs += [
-        TopicSpec(pipeline.changelog_topic(name), n, {"cleanup.policy": "compact"})
+    written = [TopicSpec(name, n, limit) for name in pipeline.input_topics() if name not in counts]
+    written += [
+        TopicSpec(pipeline.changelog_topic(name), n, {"cleanup.policy": "compact", **limit})
         for name in pipeline.store_names()
     ]
     sinks = {t.name: t for t in [*pipeline.sink_topics(), pipeline.dead_letter]}
-    specs += [TopicSpec(t.name, t.partitions or n, dict(t.config)) for t in sinks.values() if t.name not in counts]
-    ensure_topics(admin, specs, who=principal(settings))
+    written += [TopicSpec(t.name, t.partitions or n, {**limit, **t.config}) for t in sinks.values()
+                if t.name not in counts]
+    ensure_topics(admin, specs + written, who=principal(settings))
     return n
+
+
+def output_limits(pipeline: Pipeline, settings: Mapping[str, Any],
+                  max_message_bytes: int | None = None) -> dict[str, TopicLimits]:
+    """What each topic the service writes to accepts (``TopicLimits``): the producer
+    refuses what a topic would, as that record's error. With ``max_message_bytes`` (the
+    producer's ``message.max.bytes``, when set), a topic with a smaller ``max.message.bytes``
+    stops the start: the broker would refuse every record between the two limits, and each
+    checkpoint holding one would abort."""
+    names = list(dict.fromkeys([*(t for t in pipeline.input_topics() if t not in _sources(pipeline)),
+                                *(pipeline.changelog_topic(store) for store in pipeline.store_names()),
+                                *(t.name for t in pipeline.sink_topics()), pipeline.dead_letter.name]))
+    limits, unknown = topic_limits(admin_client(settings), names)
+    if unknown:
+        log.warning("cannot read the limits of topics %s (%s): an output record they refuse (too large, or a "
+                    "timestamp too far from now) aborts the checkpoints that hold it", sorted(unknown),
+                    next(iter(unknown.values())))
+    small = {name: lim.max_message_bytes for name, lim in limits.items()
+             if max_message_bytes is not None and lim.max_message_bytes < max_message_bytes}
+    if small:
+        listed = ", ".join(f"{name} ({size})" for name, size in sorted(small.items()))
+        raise RuntimeProblem(
+            f"kafka.producer message.max.bytes={max_message_bytes} is larger than the max.message.bytes of "
+            f"topics the service writes to: {listed}. The broker would refuse every record between the two "
+            "limits, and each checkpoint holding one would abort. Fix: raise the topics' limit (kafka-configs "
+            f"--alter --entity-type topics --entity-name TOPIC --add-config max.message.bytes={max_message_bytes}),"
+            " or lower FW_KAFKA_PRODUCER__MESSAGE_MAX_BYTES")
+    return limits
+
+
+def _sources(pipeline: Pipeline) -> set[str]:
+    return {s.topic.name for s in pipeline.sources()}

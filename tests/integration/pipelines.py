@@ -375,3 +375,56 @@ def blocking() -> Pipeline:
     p.source(Topic(f"blk-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=1)) \
         .map(_hold_while_missing, name="hold").to(Topic(f"blk-out-{s}"))
     return p
+
+
+# -- hostile input: every serde of the services, fed fuzzed bytes ---------------------------
+
+from pathlib import Path
+
+from framework.serde import BytesSerde, IntSerde, Serde, ValueSerde
+from framework.serde.keys import KeySerde
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+
+
+def hostile_serdes() -> dict[str, tuple[Serde, Serde]]:
+    """``kind -> (key serde, value serde)``: the serdes the services read with (string keys;
+    JSON, the framework's value encoding and ``key_by``'s key encoding; Avro with every schema
+    in ``schemas/``) and the plain int and bytes serdes."""
+    kinds: dict[str, tuple[Serde, Serde]] = {
+        "string": (StringSerde(), StringSerde()), "int": (IntSerde(), IntSerde()),
+        "bytes": (BytesSerde(), BytesSerde()), "json": (StringSerde(), JsonSerde()),
+        "value": (KeySerde(), ValueSerde()),
+    }
+    for path in sorted(SCHEMAS.glob("*.avsc")):
+        kinds[f"avro-{path.stem}"] = (StringSerde(), AvroSerde(load_schema(path)))
+    return kinds
+
+
+def hostile_echo() -> Pipeline:
+    """Per serde kind, ``hx-<kind>-in-<suffix>`` (2 partitions) decoded and written again with
+    the same serdes to ``hx-<kind>-out-<suffix>``; the string records are also counted per key
+    (``hx-string-counts-<suffix>``). What does not decode, or encode again, is a dead letter."""
+    s = _suffix()
+    p = Pipeline(f"hx-{s}", partitions=2)
+    for kind, (ks, vs) in hostile_serdes().items():
+        src = p.source(Topic(f"hx-{kind}-in-{s}", key_serde=ks, value_serde=vs, partitions=2), name=f"{kind}-in")
+        src.to(Topic(f"hx-{kind}-out-{s}", key_serde=ks, value_serde=vs), name=f"to-{kind}-out")
+        if kind == "string":
+            src.count(name="string-counts").to(Topic(f"hx-string-counts-{s}", key_serde=ks), name="to-string-counts")
+    return p
+
+
+def refused_echo() -> Pipeline:
+    """Records the broker may refuse: raw bytes from ``rf-bytes-in-<suffix>`` written again to
+    ``rf-bytes-out-<suffix>``; JSON from ``rf-json-in-<suffix>`` with its event time in ``ts``
+    written again to ``rf-json-out-<suffix>`` (1 partition each)."""
+    s = _suffix()
+    p = Pipeline(f"rf-{s}", partitions=1)
+    p.source(Topic(f"rf-bytes-in-{s}", key_serde=BytesSerde(), value_serde=BytesSerde(), partitions=1),
+             name="bytes-in").to(Topic(f"rf-bytes-out-{s}", key_serde=BytesSerde(), value_serde=BytesSerde()),
+                                 name="to-bytes-out")
+    p.source(Topic(f"rf-json-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=1),
+             watermarks=WatermarkStrategy.bounded_out_of_orderness(0, timestamp="ts"), name="json-in") \
+        .to(Topic(f"rf-json-out-{s}", key_serde=StringSerde(), value_serde=JsonSerde()), name="to-json-out")
+    return p
