@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+from framework.broker.local import LocalBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -216,15 +219,17 @@ class Tail:
         })
         self._c.subscribe([topic])
 
-    def drain(self) -> int:
-        """Read what is visible now; return the total count."""
+    def drain(self, max_s: float = float("inf")) -> int:
+        """Read what is visible now; return the total count. ``max_s`` bounds the reading
+        while new records keep arriving (a steady input never lets the topic go quiet)."""
+        deadline = time.monotonic() + max_s
         while True:
             msgs = self._c.consume(10_000, 0.5)
             for msg in msgs:
                 if msg.error() is None:
                     self.records.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
                                                {k: v for k, v in (msg.headers() or [])}))
-            if not msgs:
+            if not msgs or time.monotonic() >= deadline:
                 return len(self.records)
 
     def close(self) -> None:
@@ -337,3 +342,118 @@ class Tails:
 
     def close(self) -> None:
         self._c.close()
+
+
+# -- a broker of a test's own, killed ------------------------------------------------------
+
+def sigkill_broker(broker: LocalBroker) -> None:
+    """SIGKILL the broker's JVM and wait until it is gone: no shutdown, no final flush."""
+    pid = broker.status().pid
+    assert pid is not None, f"the broker of {broker.instance_dir} is not running"
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not broker.status().running and not _exists(pid), 30, f"broker pid {pid} gone")
+
+
+def _exists(pid: int) -> bool:
+    """Whether ``pid`` is a live process (reaping it if it is our zombie child)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)  # our child (the JVM LocalBroker launched): reap it
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# -- the even/odd pipeline's audit (tests.integration.pipelines:even_odd) ------------------
+
+def even_odd_inputs(lo: int, hi: int, keys: int) -> list[tuple[bytes, bytes]]:
+    """The numbers ``lo`` to ``hi - 1``, each keyed by ``n % keys``."""
+    return [(str(n % keys).encode(), str(n).encode()) for n in range(lo, hi)]
+
+
+class EvenOddOutputs:
+    """read_committed tails of the even/odd pipeline's three outputs for inputs 1 to ``n``."""
+
+    def __init__(self, bootstrap: str, suffix: str, n: int) -> None:
+        self.n = n
+        self.seen = Tail(bootstrap, f"seen-{suffix}")
+        self.counts = Tail(bootstrap, f"counts-{suffix}")
+        self.sums = Tail(bootstrap, f"sums-{suffix}")
+
+    def drain(self, max_s: float = float("inf")) -> tuple[int, int, int]:
+        return self.seen.drain(max_s), self.counts.drain(max_s), self.sums.drain(max_s)
+
+    def complete(self) -> bool:
+        return min(self.drain()) >= self.n
+
+    def close(self) -> None:
+        for tail in (self.seen, self.counts, self.sums):
+            tail.close()
+
+
+def _sum_steps(out: EvenOddOutputs, which: str) -> list[int]:
+    """What each output of the ``which`` ("even", "odd") running sum added to the one before
+    (in offset order: one key, one partition)."""
+    sums = [json.loads(r.value) for r in sorted(out.sums.records, key=lambda r: r.offset)
+            if r.key == which.encode()]
+    return [b - a for a, b in zip([0, *sums], sums)]
+
+
+def check_exactly_once(out: EvenOddOutputs, n: int, keys: int) -> None:
+    """Every input 1..n exactly once in the echo, each key's counts 1, 2, ... in order, and
+    each parity's running sum adding each of its numbers once."""
+    from tests.integration.pipelines import parity
+
+    out.drain()
+    seen = [int(json.loads(r.value)) for r in out.seen.records]
+    assert sorted(seen) == list(range(1, n + 1)), "every input exactly once in the echo"
+    per_key: dict[bytes | None, list[int]] = {}
+    for r in sorted(out.counts.records, key=lambda r: (r.partition, r.offset)):
+        per_key.setdefault(r.key, []).append(json.loads(r.value))
+    expected_counts = Counter(str(i % keys).encode() for i in range(1, n + 1))
+    assert {k: len(v) for k, v in per_key.items()} == dict(expected_counts)
+    for key, counts in per_key.items():
+        assert counts == list(range(1, expected_counts[key] + 1)), f"count outputs of key {key!r}"
+    for p in ("even", "odd"):
+        steps = sorted(_sum_steps(out, p))
+        assert steps == [i for i in range(1, n + 1) if parity(i) == p], f"{p} sums add each number once"
+
+
+def even_odd_anomalies(out: EvenOddOutputs, n: int, keys: int) -> dict[str, dict[str, int]]:
+    """Per output, how many outputs are ``duplicates`` (one input's effect seen more than once)
+    and ``missing`` (an input without its effect): the counting form of
+    ``check_exactly_once``, for a report."""
+    out.drain()
+    found: dict[str, dict[str, int]] = {}
+
+    def tally(name: str, got: Counter[Any], expected: Counter[Any]) -> None:
+        found[name] = {"duplicates": sum((got - expected).values()), "missing": sum((expected - got).values())}
+
+    tally("seen", Counter(int(json.loads(r.value)) for r in out.seen.records),
+          Counter(range(1, n + 1)))
+    expected_per_key = Counter(str(i % keys).encode() for i in range(1, n + 1))
+    tally("counts", Counter((r.key, json.loads(r.value)) for r in out.counts.records),
+          Counter((k, c) for k, total in expected_per_key.items() for c in range(1, total + 1)))
+    tally("sums", Counter(step for p in ("even", "odd") for step in _sum_steps(out, p)),
+          Counter(range(1, n + 1)))
+    return found
+
+
+def check_final_state(bootstrap: str, suffix: str, n: int, keys: int) -> None:
+    """The compacted changelogs hold the state of a crash-free run over inputs 1 to ``n``."""
+    from framework.state.cache import decode_value
+    from framework.state.keys import split_keyed, state_prefix
+
+    def state(store: str) -> dict[str, object]:
+        last: dict[bytes | None, bytes | None] = {}
+        for r in read_topic(bootstrap, f"eo-{suffix}-{store}-changelog"):
+            last[r.key] = r.value
+        return {split_keyed(state_prefix("acc"), k)[0].decode(): decode_value(v)
+                for k, v in last.items() if k is not None and v is not None and k.startswith(state_prefix("acc"))}
+
+    assert state("sums") == {'"even"': sum(range(2, n + 1, 2)), '"odd"': sum(range(1, n + 1, 2))}
+    expected = Counter(str(i % keys) for i in range(1, n + 1))
+    assert state("counts") == dict(expected)

@@ -5,10 +5,8 @@ crashes."""
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,23 +14,20 @@ import pytest
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 
 from tests.integration.harness import (
+    EvenOddOutputs,
     ServiceProcess,
-    Tail,
+    check_exactly_once,
+    check_final_state,
+    even_odd_inputs,
     kill_at_random_after,
     produce,
-    read_topic,
     service_env,
     wait_until,
 )
-from tests.integration.pipelines import parity
 
 N = 100_000
 KEYS = 1_000
 TARGET = "tests.integration.pipelines:even_odd"
-
-
-def _inputs(lo: int, hi: int) -> list[tuple[bytes, bytes]]:
-    return [(str(n % KEYS).encode(), str(n).encode()) for n in range(lo, hi)]
 
 
 # The input arrives in chunks, one before each phase, so every phase has work to crash in.
@@ -43,52 +38,18 @@ def _env(bootstrap: str, suffix: str, guarantee: str) -> dict[str, str]:
     return service_env(bootstrap, suffix, guarantee=guarantee, checkpoint_interval_ms=200, batch_size=2000)
 
 
-class Outputs:
+class Outputs(EvenOddOutputs):
     def __init__(self, bootstrap: str, suffix: str) -> None:
-        self.seen = Tail(bootstrap, f"seen-{suffix}")
-        self.counts = Tail(bootstrap, f"counts-{suffix}")
-        self.sums = Tail(bootstrap, f"sums-{suffix}")
-
-    def drain(self) -> tuple[int, int, int]:
-        return self.seen.drain(), self.counts.drain(), self.sums.drain()
-
-    def complete(self) -> bool:
-        return min(self.drain()) >= N
+        super().__init__(bootstrap, suffix, N)
 
 
 def _check_exactly_once(out: Outputs) -> None:
-    out.drain()
-    seen = [int(json.loads(r.value)) for r in out.seen.records]
-    assert sorted(seen) == list(range(1, N + 1)), "every input exactly once in the echo"
-    per_key: dict[bytes, list[int]] = {}
-    for r in sorted(out.counts.records, key=lambda r: (r.partition, r.offset)):
-        per_key.setdefault(r.key, []).append(json.loads(r.value))
-    expected_counts = Counter(str(n % KEYS).encode() for n in range(1, N + 1))
-    assert {k: len(v) for k, v in per_key.items()} == dict(expected_counts)
-    for key, counts in per_key.items():
-        assert counts == list(range(1, expected_counts[key] + 1)), f"count outputs of key {key!r}"
-    for p in ("even", "odd"):
-        sums = [json.loads(r.value) for r in sorted(out.sums.records, key=lambda r: r.offset)
-                if r.key == p.encode()]
-        steps = sorted(b - a for a, b in zip([0, *sums], sums))
-        assert steps == [n for n in range(1, N + 1) if parity(n) == p], f"{p} sums add each number once"
+    check_exactly_once(out, N, KEYS)
 
 
 def _check_final_state(bootstrap: str, suffix: str) -> None:
     """The compacted changelogs hold the state of a crash-free run."""
-    from framework.state.cache import decode_value
-    from framework.state.keys import split_keyed, state_prefix
-
-    def state(store: str) -> dict[str, object]:
-        last: dict[bytes, bytes | None] = {}
-        for r in read_topic(bootstrap, f"eo-{suffix}-{store}-changelog"):
-            last[r.key] = r.value
-        return {split_keyed(state_prefix("acc"), k)[0].decode(): decode_value(v)
-                for k, v in last.items() if v is not None and k.startswith(state_prefix("acc"))}
-
-    assert state("sums") == {'"even"': sum(range(2, N + 1, 2)), '"odd"': sum(range(1, N + 1, 2))}
-    expected = Counter(str(n % KEYS) for n in range(1, N + 1))
-    assert state("counts") == dict(expected)
+    check_final_state(bootstrap, suffix, N, KEYS)
 
 
 def _create_input(bootstrap: str, suffix: str) -> None:
@@ -97,7 +58,7 @@ def _create_input(bootstrap: str, suffix: str) -> None:
 
 
 def _feed(bootstrap: str, suffix: str, chunk: int, chunks: list[tuple[int, int]] = CHUNKS) -> None:
-    produce(bootstrap, f"numbers-{suffix}", _inputs(*chunks[chunk]))
+    produce(bootstrap, f"numbers-{suffix}", even_odd_inputs(*chunks[chunk], KEYS))
 
 
 def _even_chunks(k: int) -> list[tuple[int, int]]:
