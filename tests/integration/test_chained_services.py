@@ -85,7 +85,8 @@ def test_windows_downstream_close_on_upstream_watermarks_exactly_once_across_sig
     down.start()
 
     wait_until(lambda: len(outputs()) >= len(expected), 120, "every window downstream",
-               lambda: down.log_text()[-3000:])
+               lambda: f"{len(outputs())} of {len(expected)} windows\n--- upstream\n{up.log_text()[-4000:]}"
+                       f"\n--- downstream\n{down.log_text()[-4000:]}")
     results = outputs()
     fired = Counter((r["key"], r["start"]) for r in results)
     assert max(fired.values()) == 1, "a window was emitted twice"
