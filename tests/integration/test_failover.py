@@ -117,18 +117,26 @@ class Outputs:
             assert steps == [n for n in range(N) if parity(n) == p], f"{p} sums add each number once"
 
 
-def test_a_static_member_restarted_after_sigkill_takes_its_partitions_back_without_a_rebalance(
-        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
-    ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(f"numbers-{unique}", 4)])
-    env = _env(kafka_bootstrap, unique)
+def _two_members(bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess], second: str,
+                 env: dict[str, str]) -> tuple[ServiceProcess, ServiceProcess]:
+    """The input topic, then member "survivor" running every partition, then member ``second``
+    joining: returned once the partitions are split between the two."""
+    ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec(f"numbers-{unique}", 4)])
     survivor = ServiceProcess(TARGET, tmp_path, "survivor", env).start()
     services.append(survivor)
     wait_until(lambda: _running(survivor) == ALL, 60, "the first member to run every partition",
                survivor.log_text)
-    victim = ServiceProcess(TARGET, tmp_path, "victim", env).start()
-    services.append(victim)
-    wait_until(lambda: _split_between(survivor, victim), 60, "the partitions split between both members",
-               lambda: survivor.log_text() + victim.log_text())
+    other = ServiceProcess(TARGET, tmp_path, second, env).start()
+    services.append(other)
+    wait_until(lambda: _split_between(survivor, other), 60, "the partitions split between both members",
+               lambda: survivor.log_text() + other.log_text())
+    return survivor, other
+
+
+def test_a_static_member_restarted_after_sigkill_takes_its_partitions_back_without_a_rebalance(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    survivor, victim = _two_members(kafka_bootstrap, unique, tmp_path, services, "victim",
+                                    _env(kafka_bootstrap, unique))
     kept, moved = _running(survivor), _running(victim)
     revoked_before, survivor_log = _revoked(survivor), len(survivor.log_text())
 
@@ -154,16 +162,8 @@ def test_a_static_member_restarted_after_sigkill_takes_its_partitions_back_witho
 
 def test_a_static_member_that_stays_in_the_group_on_sigterm_takes_its_partitions_back_on_restart(
         kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
-    ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(f"numbers-{unique}", 4)])
     env = _env(kafka_bootstrap, unique, FW_PROCESSING__LEAVE_GROUP_ON_SHUTDOWN="false")
-    survivor = ServiceProcess(TARGET, tmp_path, "survivor", env).start()
-    services.append(survivor)
-    wait_until(lambda: _running(survivor) == ALL, 60, "the first member to run every partition",
-               survivor.log_text)
-    restarted = ServiceProcess(TARGET, tmp_path, "restarted", env).start()
-    services.append(restarted)
-    wait_until(lambda: _split_between(survivor, restarted), 60, "the partitions split between both members",
-               lambda: survivor.log_text() + restarted.log_text())
+    survivor, restarted = _two_members(kafka_bootstrap, unique, tmp_path, services, "restarted", env)
     kept, moved = _running(survivor), _running(restarted)
     revoked_before = _revoked(survivor)
 
