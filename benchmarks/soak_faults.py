@@ -146,7 +146,7 @@ class Soak:
         self.work, self.suffix, self.records = work, suffix, records
         self.rng = random.Random(seed)
         self.stuck_timeout_s = stuck_timeout_s
-        self.broker = LocalBroker(work / "broker", free_port_pair(39900))
+        self.broker = LocalBroker(work / "broker", free_port_pair(29900))
         self.broker.start()
         self.bootstrap = self.broker.bootstrap
         ensure_topics(admin_client({"bootstrap.servers": self.bootstrap}), [TopicSpec(f"numbers-{suffix}", PARTITIONS)])

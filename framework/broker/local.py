@@ -156,6 +156,7 @@ class LocalBroker:
         if security is not None and security not in SECURITY_MODES:
             raise BrokerError(f"unknown security mode {security!r}; choose one of {', '.join(SECURITY_MODES)}")
         self._requested = security
+        self._launched_at = 0  # where the log lines of the latest start begin
         self._explicit = instance_dir is not None
 
     def _external(self) -> str | None:
@@ -373,6 +374,7 @@ class LocalBroker:
             "-cp", self._classpath(), "kafka.Kafka", str(self.instance_dir / "server.properties"),
         ]
         with open(self.log_file, "ab") as log:
+            self._launched_at = log.tell()  # where this start's lines begin
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env=self._java_env(),
@@ -384,6 +386,12 @@ class LocalBroker:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None or not _alive(pid):
+                if "BindException" in self._log_since(self._launched_at):
+                    raise BrokerError(
+                        f"port {self.port} or {self.port + 1} on 127.0.0.1 was taken by another process while "
+                        f"the broker started (see {self.log_file}); choose other ports with FW_BROKER_PORT, "
+                        f"below the ephemeral range {ephemeral_ports().start}-{ephemeral_ports().stop - 1}"
+                    )
                 raise BrokerError(
                     f"the broker exited during start-up; last lines of {self.log_file}:\n{self._log_tail()}"
                 )
@@ -406,6 +414,14 @@ class LocalBroker:
         env = dict(os.environ)
         env.pop("CLASSPATH", None)
         return env
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_file, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def _log_tail(self, lines: int = 20) -> str:
         try:
@@ -454,12 +470,27 @@ def port_free(port: int) -> bool:
     return True
 
 
-def free_port_pair(start: int = 39192, stop: int = 39992) -> int:
-    """The first even port in ``[start, stop)`` that is free together with the next one."""
+def ephemeral_ports() -> range:
+    """The kernel's range for the local ports of outgoing connections. A port chosen for a
+    broker inside it can be taken by any client's connect() between the check and the bind."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+def free_port_pair(start: int = 29192, stop: int = 29992) -> int:
+    """The first even port in ``[start, stop)`` that is free together with the next one,
+    outside the ephemeral range (see ``ephemeral_ports``)."""
+    ephemeral = ephemeral_ports()
     for port in range(start, stop, 2):
+        if port in ephemeral or port + 1 in ephemeral:
+            continue
         if port_free(port) and port_free(port + 1):
             return port
-    raise BrokerError(f"no two free consecutive ports between {start} and {stop} on 127.0.0.1")
+    raise BrokerError(f"no two free consecutive ports between {start} and {stop} on 127.0.0.1 outside the "
+                      f"ephemeral range {ephemeral.start}-{ephemeral.stop - 1}")
 
 
 def _cluster_id() -> str:

@@ -21,7 +21,7 @@ def _fw(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.skipif(external_bootstrap() is not None, reason="an external cluster is configured")
 def test_start_twice_status_stop(tmp_path: Path, kafka_bootstrap: str) -> None:
-    port = free_port_pair(39292)
+    port = free_port_pair(29292)
     env = {**os.environ, "FW_BROKER_DIR": str(tmp_path / "b"), "FW_BROKER_PORT": str(port)}
     first = _fw("broker", "start", env=env)
     try:
@@ -39,3 +39,26 @@ def test_start_twice_status_stop(tmp_path: Path, kafka_bootstrap: str) -> None:
     after = _fw("broker", "status", env=env)
     assert after.returncode == 1 and after.stdout.startswith("not running")
     assert _fw("broker", "stop", env=env).stdout.strip() == "not running"
+
+
+def test_a_port_taken_while_the_broker_starts_is_named(tmp_path: Path, kafka_bootstrap: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ports are checked before the broker binds them; another process can take one in
+    between. The start then fails with the ports and the setting named, not a Java trace."""
+    import socket
+
+    from framework.broker.local import LocalBroker
+    from framework.errors import BrokerError
+
+    port = free_port_pair(29292)
+    broker = LocalBroker(tmp_path / "b", port)
+    monkeypatch.setattr(broker, "_check_ports", lambda: None)  # the check passed; then the port went
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port + 1))
+        holder.listen()
+        with pytest.raises(BrokerError) as failed:
+            broker.start()
+    message = str(failed.value)
+    assert f"port {port} or {port + 1} on 127.0.0.1 was taken" in message and "FW_BROKER_PORT" in message
+    assert "\tat java" not in message
+

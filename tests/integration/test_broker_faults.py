@@ -62,7 +62,7 @@ def _create_input(bootstrap: str, suffix: str) -> None:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A broker of the test's own: its directory is named, so FW_BOOTSTRAP_SERVERS (the
     suite's cluster) does not stand in for it."""
-    own = LocalBroker(tmp_path_factory.mktemp("fault-broker"), free_port_pair(39800))
+    own = LocalBroker(tmp_path_factory.mktemp("fault-broker"), free_port_pair(29800))
     own.start()
     try:
         yield own

@@ -101,7 +101,7 @@ def test_a_mistake_is_one_line_with_the_fix_and_the_right_exit_status(
         mistake: Mistake, kafka_bootstrap: str, unique: str, project: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    fill = {"{unique}": unique, "{tmp}": str(tmp_path), "{empty}": str(empty), "{port}": str(free_port_pair(39500))}
+    fill = {"{unique}": unique, "{tmp}": str(tmp_path), "{empty}": str(empty), "{port}": str(free_port_pair(29500))}
 
     def filled(text: str) -> str:
         for k, v in fill.items():

@@ -67,7 +67,7 @@ def test_a_retried_task_writes_nothing_twice(kafka_bootstrap: str, unique: str, 
 def spark_cluster(tmp_path: Path) -> Iterator[str]:
     """A Spark standalone cluster from the installed pyspark: a master and two workers (one
     core each) on loopback; yields its master URL once both workers have registered."""
-    port = free_port_pair(39700)  # the master's port, its web UI on the next
+    port = free_port_pair(29720)  # the master's port, its web UI on the next
     ui = port + 1
     home = spark_home()
     env = {**environment(), "SPARK_NO_DAEMONIZE": "1"}  # fw replay's: pyspark's Spark, this Python, Java

@@ -33,7 +33,7 @@ N = 300
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A broker of its own (SASL_SSL), beside the suite's plaintext one."""
     # A directory named in code: this broker is started even when FW_BOOTSTRAP_SERVERS names a cluster.
-    broker = LocalBroker(tmp_path_factory.mktemp("secured-broker"), free_port_pair(39600), security="sasl_ssl")
+    broker = LocalBroker(tmp_path_factory.mktemp("secured-broker"), free_port_pair(29600), security="sasl_ssl")
     broker.start()
     try:
         yield broker
@@ -171,7 +171,7 @@ def test_a_missing_grant_stops_the_service_with_one_line_naming_it(
 
 
 def test_sasl_plaintext_broker_and_its_client_settings(tmp_path: Path) -> None:
-    broker = LocalBroker(tmp_path / "broker", free_port_pair(39700), security="sasl_plaintext")
+    broker = LocalBroker(tmp_path / "broker", free_port_pair(29700), security="sasl_plaintext")
     status = broker.start()
     try:
         assert status.security == "sasl_plaintext"

@@ -17,7 +17,7 @@ FW = [sys.executable, "-c", "from framework.cli import main; main()"]
 
 def _start_with_path(tmp_path: Path, bin_dir: Path, port: int | None = None) -> subprocess.CompletedProcess[str]:
     # a free pair: a fixed one may be some process's ephemeral port (ports are checked before mvn)
-    port = free_port_pair(39392) if port is None else port
+    port = free_port_pair(29392) if port is None else port
     env = {k: v for k, v in os.environ.items() if k != "FW_BOOTSTRAP_SERVERS"}
     env.update(PATH=str(bin_dir), FW_HOME=str(tmp_path / "home"), FW_BROKER_PORT=str(port),
                FW_BROKER_DIR=str(tmp_path / "broker"))
@@ -55,7 +55,7 @@ def test_taken_port_is_one_line_naming_the_port_and_the_setting(tmp_path: Path) 
 
     # The controller port (client + 1) is the taken one here. Both ports of the pair were
     # free a moment ago: an ephemeral port's neighbour could be in use by anything.
-    client = free_port_pair(39800, 39990)
+    client = free_port_pair(29850, 29990)
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", client + 1))
         holder.listen()
@@ -92,3 +92,11 @@ def test_wipe_refuses_while_fw_bootstrap_servers_names_a_cluster(tmp_path: Path,
     with pytest.raises(BrokerError, match="names a cluster this command does not manage"):
         LocalBroker().wipe()
     assert (tmp_path / "data").is_dir()
+
+
+def test_free_port_pairs_lie_outside_the_ephemeral_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client's outgoing connection takes its local port from the ephemeral range."""
+    from framework.broker import local
+
+    monkeypatch.setattr(local, "ephemeral_ports", lambda: range(29193, 29400))
+    assert free_port_pair(29192) >= 29400
