@@ -118,6 +118,9 @@ class ProcessingConfig:
     # partitions move at once; false: it stays until its session times out, and a restart
     # within it takes the partitions back without a rebalance (docs/operations.md, Failover).
     leave_group_on_shutdown: bool = True
+    # Warm copies of each task's state on this many other members, kept current from the
+    # changelogs, so a task that moves restores only the tail (docs/operations.md, Warm standbys).
+    standby_replicas: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +222,7 @@ _ENV_PREFIXES = {
     **{f"KAFKA_{m.upper()}": ("kafka", m) for m in _MAPPING_FIELDS},
 }
 _MINIMUMS = (  # (section, field, smallest allowed value)
+    ("processing", "standby_replicas", 0),
     ("kafka", "transaction_timeout_ms", 1),
     ("processing", "checkpoint_interval_ms", 1),
     ("processing", "consume_batch_size", 1),

@@ -223,11 +223,13 @@ class TaskRunner:
                 out[topic] = offset
         return out
 
-    def restore_plan(self, partition: int, changelogs: Mapping[str, ChangelogInfo]) -> list[StoreRestore]:
+    def restore_plan(self, partition: int, changelogs: Mapping[str, ChangelogInfo], *,
+                     current: bool = False) -> list[StoreRestore]:
         """Where each store partition of task ``partition`` continues reading its changelog
         (``changelogs``: by topic name). Local state that does not reflect the changelog as it
         is now (another incarnation, past its end, before its start, another state format) is
-        deleted and rebuilt from the changelog's start: it is never merged."""
+        deleted and rebuilt from the changelog's start: it is never merged. Store partitions
+        already at the end are left out, unless ``current`` (a standby tails every store)."""
         out = []
         for store in self.pipeline.store_names():
             topic = self.pipeline.changelog_topic(store)
@@ -243,14 +245,17 @@ class TaskRunner:
                 part.write_batch({}, None, info.incarnation)
             offset = part.changelog_offset()
             start = info.start if offset is None else offset
-            if start < info.end:
+            if start < info.end or current:
                 out.append(StoreRestore(partition, store, (topic, partition), start, info.end))
         return out
 
-    def restore(self, item: StoreRestore, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> int:
+    def restore(self, item: StoreRestore, records: Iterable[tuple[int, bytes | None, bytes | None]],
+                next_offset: int | None = None) -> int:
         """Apply ``(offset, key, value)`` changelog records of ``item`` in one batch with the
-        next offset. Every value is decoded first: a record the state encoding cannot read
-        stops the restore with its coordinates; nothing of the batch is applied."""
+        next offset (``next_offset`` when the reader is past the last record: a transaction's
+        commit marker holds an offset too). Every value is decoded first: a record the state
+        encoding cannot read stops the restore with its coordinates; nothing of the batch is
+        applied."""
         changes: dict[bytes, bytes | None] = {}
         decode, last, n = self.codec.decode, -1, 0
         topic, partition = item.changelog
@@ -269,9 +274,9 @@ class TaskRunner:
                     "input), and check who else can write to the topic") from None
             changes[key] = value
             last, n = offset, n + 1
-        if n:
+        if n or next_offset is not None:
             part = self.backend.open(self.pipeline.name, item.store, partition)
-            part.write_batch(changes, last + 1)
+            part.write_batch(changes, max(last + 1, next_offset or 0))
             self.fault("restore_batch")
         return n
 

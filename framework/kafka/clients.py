@@ -407,6 +407,10 @@ class GroupConsumer:
     def group_metadata(self) -> Any:
         return self._c.consumer_group_metadata()
 
+    def member_id(self) -> str | None:
+        """The member id the group coordinator gave this member (None before it joined)."""
+        return self._c.memberid() or None
+
     def commit(self, positions: Mapping[TP, int]) -> None:
         if positions:
             self._c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()],
@@ -491,10 +495,14 @@ _CLASSIC_ONLY = {
 class ChangelogReader:
     """Reads changelog partitions (read_committed) for restores; never joins a group."""
 
-    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+    def __init__(self, settings: Mapping[str, Any], group: str, *, fetch_wait_ms: int = 500) -> None:
+        """``fetch_wait_ms``: how long the broker holds a fetch that finds nothing new. A
+        restore reads to the end once, and the end is seen only on a fetch that finds nothing
+        (one that skips a commit marker does not say so): keep it short there."""
         conf: dict[str, Any] = {
             "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
             "enable.partition.eof": True, "auto.offset.reset": "earliest", "logger": CLIENT_LOG,
+            "fetch.wait.max.ms": fetch_wait_ms,
         }
         conf.update(settings)
         self._c = Consumer(conf)
@@ -545,6 +553,11 @@ class ChangelogReader:
     @property
     def busy(self) -> bool:
         return bool(self._assigned)
+
+    def position(self, tp: TP) -> int | None:
+        """The next offset the reader fetches from ``tp`` (past commit markers), if known."""
+        [got] = self._c.position([TopicPartition(*tp)])
+        return got.offset if got.offset >= 0 else None
 
     def high_watermark(self, tp: TP, timeout_s: float) -> int:
         """The partition's log end, records of unfinished transactions and markers included

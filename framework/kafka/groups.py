@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
+    ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
@@ -32,6 +33,23 @@ def active_members(settings: Mapping[str, Any], group: str, timeout_s: float = 3
     except KafkaException as exc:
         raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
     return [f"{m.host}/{m.client_id}" for m in description.members]
+
+
+def stable_assignment(admin: AdminClient, group: str,
+                      timeout_s: float = 10.0) -> dict[str, tuple[str, set[TP]]] | None:
+    """``member id -> (ring key, assigned partitions)`` of ``group`` when it is stable, else
+    None (a rebalance is under way). The ring key is the static ``group.instance.id`` when the
+    member has one, else its member id: what orders members for standby placement."""
+    try:
+        [description] = [f.result() for f in admin.describe_consumer_groups([group],
+                                                                            request_timeout=timeout_s).values()]
+    except KafkaException as exc:
+        raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
+    if description.state != ConsumerGroupState.STABLE:
+        return None
+    return {m.member_id: (m.group_instance_id or m.member_id,
+                          {(tp.topic, tp.partition) for tp in (m.assignment.topic_partitions if m.assignment else [])})
+            for m in description.members}
 
 
 def commit_offsets(settings: Mapping[str, Any], group: str, offsets: Mapping[TP, int],

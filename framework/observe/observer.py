@@ -204,7 +204,9 @@ class Observer:
                 "lag": lag_by_partition.get(p), "watermark_ms": wm,
                 "watermark_delay_s": None if wm is None else round(wall - wm / 1000, 3),
                 "restore": by_part.get(p)})
-        m.tasks.update({("running",): len(runner.tasks), ("restoring",): len(restoring_parts)})
+        standby = svc.standby.progress() if svc.standby is not None else []
+        m.tasks.update({("running",): len(runner.tasks), ("restoring",): len(restoring_parts),
+                        ("standby",): len({s["partition"] for s in standby})})
 
         age = wall - ckpt.committed_as_of  # how long processed work has waited to be committed
         m.checkpoint_age.labels(svc.instance_id).set(age)
@@ -224,6 +226,7 @@ class Observer:
             "restore": {"restored": restorer.restored_records, "remaining": remaining,
                         "rate": round(rate, 1), "eta_s": round(remaining / rate, 1) if rate > 0 and remaining else None,
                         "stores": restore_items},
+            "standby": standby,
             "stores": self.stores,
             "counters": {"dead_letters": counters.get("dead_letters", 0),
                          "late_records": {k.partition(".")[2]: v for k, v in counters.items()

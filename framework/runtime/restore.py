@@ -48,43 +48,17 @@ class Restorer:
     def busy(self) -> bool:
         return bool(self.pending)
 
-    def _await_markers(self, p: int, infos: dict[str, ChangelogInfo]) -> None:
-        """Local state a step past its changelog's read_committed end is usually not ahead: the
-        transaction that wrote it committed, but its commit markers, which the coordinator
-        writes after the commit returned, are not in the log yet (a task handed straight back
-        to the member that just committed it). While the log itself (its high watermark)
-        reaches the local offset, ask again for the end, for up to ``_MARKER_WAIT_S``; only
-        what is still ahead then is truncation, and rebuilt."""
-        deadline = time.monotonic() + _MARKER_WAIT_S
-        backoff = 0.01
-        while True:
-            ahead = self.runner.ahead_of_changelog(p, infos)
-            waiting = {t: o for t, o in ahead.items() if self.reader.high_watermark((t, p), 30.0) >= o}
-            if not waiting or time.monotonic() > deadline:
-                return
-            time.sleep(backoff)  # the markers are on their way: nothing to wait on but the log
-            backoff = min(backoff * 2, 0.5)
-            for topic in waiting:
-                start, end = self.reader.offsets((topic, p), 30.0)
-                infos[topic] = ChangelogInfo(infos[topic].incarnation, start, end)
-
     def start(self, partitions: list[int]) -> None:
         """Begin restoring ``partitions``; those already at the changelog end finish at once.
 
         Offsets are queried before anything is assigned: once the reader fetches, each
         query waits behind the fetches.
         """
-        pipeline = self.runner.pipeline
-        topics = [pipeline.changelog_topic(s) for s in pipeline.store_names()]
-        ids = self.topic_ids(topics) if topics else {}
+        ids = changelog_ids(self.runner, self.topic_ids)
         assign: list[tuple[TP, int | None]] = []
         done: list[int] = []
         for p in partitions:
-            infos = {}
-            for topic in topics:
-                start, end = self.reader.offsets((topic, p), 30.0)
-                infos[topic] = ChangelogInfo(ids[topic], start, end)
-            self._await_markers(p, infos)
+            infos = changelog_infos(self.runner, self.reader, ids, p)
             items = self.runner.restore_plan(p, infos)
             for item in items:
                 log.info("restoring %s[%d] from offset %d to about %d", item.store, p, item.start, item.end)
@@ -178,6 +152,47 @@ class Restorer:
         if self._bar is not None:
             self._bar.close()
         self.reader.close()
+
+
+def changelog_ids(runner: TaskRunner, topic_ids: Callable[[Iterable[str]], dict[str, str]]) -> dict[str, str]:
+    """The topic id of each changelog of the runner's pipeline."""
+    pipeline = runner.pipeline
+    topics = [pipeline.changelog_topic(s) for s in pipeline.store_names()]
+    return topic_ids(topics) if topics else {}
+
+
+def changelog_infos(runner: TaskRunner, reader: ChangelogReader, ids: dict[str, str],
+                    partition: int) -> dict[str, ChangelogInfo]:
+    """Each changelog partition of task ``partition`` as it is now, for ``restore_plan``.
+    Offsets are queried before the reader fetches: once it does, each query waits behind
+    the fetches."""
+    infos = {}
+    for topic, incarnation in ids.items():
+        start, end = reader.offsets((topic, partition), 30.0)
+        infos[topic] = ChangelogInfo(incarnation, start, end)
+    _await_markers(runner, reader, partition, infos)
+    return infos
+
+
+def _await_markers(runner: TaskRunner, reader: ChangelogReader, p: int, infos: dict[str, ChangelogInfo]) -> None:
+    """Local state a step past its changelog's read_committed end is usually not ahead: the
+    transaction that wrote it committed, but its commit markers, which the coordinator
+    writes after the commit returned, are not in the log yet (a task handed straight back
+    to the member that just committed it). While the log itself (its high watermark)
+    reaches the local offset, ask again for the end, for up to ``_MARKER_WAIT_S``; only
+    what is still ahead then is truncation, and rebuilt."""
+    deadline = time.monotonic() + _MARKER_WAIT_S
+    backoff = 0.01
+    while True:
+        ahead = runner.ahead_of_changelog(p, infos)
+        waiting = {t: o for t, o in ahead.items() if reader.high_watermark((t, p), 30.0) >= o}
+        if not waiting or time.monotonic() > deadline:
+            return
+        time.sleep(backoff)  # the markers are on their way: nothing to wait on but the log
+        backoff = min(backoff * 2, 0.5)
+        for topic in waiting:
+            start, end = reader.offsets((topic, p), 30.0)
+            infos[topic] = ChangelogInfo(infos[topic].incarnation, start, end)
 
 
 _TERMINAL = sys.stderr.isatty()

@@ -28,6 +28,7 @@ from framework.kafka.acl import Grant, denied, missing_grants
 from framework.kafka.admin import admin_client, topic_ids
 from framework.kafka.clients import TP, ChangelogReader, GroupConsumer, KafkaOutput
 from framework.kafka.connect import client_failure, wait_for_cluster
+from framework.kafka.groups import stable_assignment
 from framework.observe.metrics import multiprocess_dir
 from framework.observe.observer import Observer
 from framework.observe.server import StatusServer
@@ -36,6 +37,7 @@ from framework.pipeline.definition import Pipeline
 from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.faults import crash_point
 from framework.runtime.restore import Restorer
+from framework.runtime.standby import Standby
 from framework.runtime.topics import ensure_service_topics, output_limits
 from framework.state.rocksdb import RocksDBBackend
 
@@ -64,6 +66,7 @@ class Service:
         self.rebalances = {"assigned": 0, "revoked": 0, "lost": 0}
         self.stall_warnings = 0
         self.observer: Observer | None = None
+        self.standby: Standby | None = None
         self.server: StatusServer | None = None
         self._stop = False
 
@@ -145,11 +148,16 @@ class Service:
         self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
                                  fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point)
         admin = admin_client(settings)
-        self.restorer = Restorer(self.runner, ChangelogReader(settings, f"{self.pipeline.name}-restore"),
-                                 lambda topics: topic_ids(admin, topics), self._restored)
+        restore_reader = ChangelogReader(settings, f"{self.pipeline.name}-restore", fetch_wait_ms=20)
+        self.restorer = Restorer(self.runner, restore_reader, lambda topics: topic_ids(admin, topics), self._restored)
         self.checkpointer = Checkpointer(self.runner, self.output, self.consumer, exactly_once=self.exactly_once,
                                          interval_s=cfg.processing.checkpoint_interval_ms / 1000,
                                          timeout_s=cfg.processing.revoke_timeout_ms / 1000, transactional_id=txid)
+        if cfg.processing.standby_replicas:
+            self.standby = Standby(self.runner, ChangelogReader(settings, f"{self.pipeline.name}-standby"),
+                                   lambda topics: topic_ids(admin, topics), cfg.processing.standby_replicas,
+                                   assignment=lambda: stable_assignment(admin, self.pipeline.name),
+                                   member_id=self.consumer.member_id, active=self._active_tasks)
         if self.observer is not None:
             self.restorer.on_progress = self.observer.publish
             self.checkpointer.on_checkpoint = self.observer.metrics.checkpoint_duration.observe
@@ -185,11 +193,18 @@ class Service:
         next_observe = time.monotonic() + observe_s if obs is not None else float("inf")
         if obs is not None:
             obs.heartbeat, obs.looping = time.monotonic(), True
+        standby = self.standby
         while not self._stop and (until is None or not until(self)):
-            if self.restorer.busy:
+            restoring = self.restorer.busy
+            if restoring:
                 self.restorer.step()
-            msgs = consume(batch, timeout)
+            # while a restore runs, the input is not waited for: the restore's own read waits
+            msgs = consume(batch, 0 if restoring else timeout)
             now = time.monotonic()
+            if standby is not None:
+                standby.maybe_refresh(now)
+                if standby.busy:
+                    standby.step()
             if obs is not None:
                 obs.heartbeat = now
             if msgs:
@@ -249,6 +264,8 @@ class Service:
             self.consumer.close()  # leaves the group (static: if configured); revoke runs first (a no-op checkpoint)
         finally:
             self.restorer.close()
+            if self.standby is not None:
+                self.standby.close()
             self.runner.close()
             self.backend.close_all()
             log.info("service %s instance %s stopped after %d records%s", self.pipeline.name,
@@ -268,8 +285,16 @@ class Service:
         log.info("assigned partitions %s", numbers)
         if numbers:
             self.consumer.pause([tp for tp in tps if tp[1] in numbers])
+            if self.standby is not None:
+                self.standby.release(numbers)  # their copies become the start of the restore
             self.restorer.start(numbers)
+        if self.standby is not None:
+            self.standby.refresh_soon()
         self._publish()
+
+    def _active_tasks(self) -> set[int]:
+        """The tasks this member runs, restores or is assigned: never standbys."""
+        return {p for _, p in self.assigned} | set(self.runner.tasks) | set(self.restorer.pending)
 
     def _restored(self, partition: int) -> None:
         """Called by the restorer when every store of ``partition`` is at the changelog end."""
@@ -299,6 +324,8 @@ class Service:
         for p in {p for _, p in tps} - kept:
             self.restorer.cancel(p)
             self.runner.stop(p)
+        if self.standby is not None:
+            self.standby.refresh_soon()
 
 
 def _warn_about_generated_names(pipeline: Pipeline) -> None:

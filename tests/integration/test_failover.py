@@ -9,6 +9,9 @@
 * ``fw run --processes 2 --instance-id ID``: the children are static members ``ID-0`` and
   ``ID-1``; one SIGKILLed is restarted by the supervisor and takes its partitions back
   without the other being revoked.
+* With ``processing.standby_replicas = 1`` each of two members keeps a warm copy of the
+  other's tasks; when one is SIGKILLed, the survivor takes its tasks over from those copies
+  and applies nothing of the changelogs it had not applied already; outputs stay exactly once.
 * With ``group.protocol=consumer`` (KIP-848) two members hold the inputs co-partitioned
   (partition i of the source and of the repartition topic on one member); a member joining
   or leaving moves only the partitions that change owner; outputs are exactly once.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 from collections import Counter
 from pathlib import Path
@@ -181,6 +185,45 @@ def test_a_static_member_that_stays_in_the_group_on_sigterm_takes_its_partitions
     assert _revoked(survivor) == revoked_before, "the survivor was revoked"
     out.check_exactly_once()
     assert restarted.stop() == 0 and survivor.stop() == 0
+
+
+def test_a_warm_standby_takes_over_a_killed_members_tasks_without_replaying_their_changelogs(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    env = _env(kafka_bootstrap, unique, FW_PROCESSING__STANDBY_REPLICAS="1",
+               FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS="6000")  # the killed member's tasks move soon
+    survivor, victim = _two_members(kafka_bootstrap, unique, tmp_path, services, "victim", env)
+    moved = _running(victim)
+    out = Outputs(kafka_bootstrap, unique)
+    _feed(kafka_bootstrap, unique, 0, N // 2)
+    wait_until(lambda: out.drain() >= N // 2, 120, "the first half's outputs", victim.log_text)
+
+    def copies(svc: ServiceProcess) -> dict[tuple[str, int], dict[str, Any]]:
+        return {(c["store"], c["partition"]): c for c in _member(svc).get("standby", [])}
+
+    stores = {"counts", "sums"}  # the stores of each task of even_odd
+
+    def survivor_current() -> bool:
+        held = copies(survivor)
+        return set(held) == {(s, p) for s in stores for p in moved} and all(c["current"] for c in held.values())
+
+    wait_until(survivor_current, 60, "the survivor's copies of the victim's tasks to be current",
+               survivor.log_text)
+    copied = copies(survivor)
+    assert all(copied[("counts", p)]["offset"] > 0 for p in moved), copied  # the counts were copied
+    assert {p for _, p in copies(victim)} == _running(survivor), "the victim copies the survivor's tasks"
+
+    before = len(survivor.log_text())
+    victim.kill()
+    wait_until(lambda: _running(survivor) == ALL, 60, "the survivor to run every task", survivor.log_text)
+    after = survivor.log_text()[before:]
+    restored = {(store, int(p)): int(n) for store, p, n in re.findall(r"restored (\w+)\[(\d+)\]: (\d+) records", after)}
+    assert all(n == 0 for (_, p), n in restored.items() if p in moved), restored
+    assert not re.search(r"deleting it and rebuilding", after), after
+
+    _feed(kafka_bootstrap, unique, N // 2, N)
+    wait_until(lambda: out.drain() >= N, 120, "every output", lambda: survivor.log_text()[-3000:])
+    out.check_exactly_once()
+    assert survivor.stop() == 0
 
 
 def test_a_killed_child_of_processes_with_an_instance_id_comes_back_without_a_rebalance(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from framework.engine.runner import ChangelogInfo
-from framework.runtime.restore import Restorer
+from framework.runtime.restore import _await_markers
 
 TOPIC = "svc-counts-changelog"
 
@@ -42,9 +42,8 @@ def _infos(end: int) -> dict[str, ChangelogInfo]:
 
 def test_the_end_is_asked_again_until_the_commit_markers_are_in() -> None:
     reader = Reader([100, 100, 121], log_end=121)  # the commit's markers land on the third look
-    restorer = Restorer(Runner(120), reader, lambda topics: {}, lambda p: None)  # type: ignore[arg-type]
     infos = _infos(100)
-    restorer._await_markers(0, infos)
+    _await_markers(Runner(120), reader, 0, infos)  # type: ignore[arg-type]
     assert infos[TOPIC].end == 121 and infos[TOPIC].incarnation == "id-1"
     assert reader.asked == 3
 
@@ -52,7 +51,6 @@ def test_the_end_is_asked_again_until_the_commit_markers_are_in() -> None:
 def test_state_past_the_log_end_is_not_waited_for() -> None:
     """The log itself ends before the local offset: truncated, for the restore plan to rebuild."""
     reader = Reader([100], log_end=110)
-    restorer = Restorer(Runner(120), reader, lambda topics: {}, lambda p: None)  # type: ignore[arg-type]
     infos = _infos(100)
-    restorer._await_markers(0, infos)
+    _await_markers(Runner(120), reader, 0, infos)  # type: ignore[arg-type]
     assert infos[TOPIC].end == 100 and reader.asked == 0
