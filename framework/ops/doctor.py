@@ -245,18 +245,19 @@ def check_disk(state_dir: Path) -> list[Check]:
 
 def check_registry() -> list[Check]:
     try:
-        client = SchemaRegistryClient.from_env()
+        client = SchemaRegistryClient.from_env(timeout_s=5.0)
     except FrameworkError as exc:
         return [Check("registry", Status.FAIL, str(exc), "set both FW_SCHEMA_REGISTRY_USER and _PASSWORD, or neither")]
     if client is None:
         return [Check("registry", Status.SKIP, "no schema registry configured (FW_SCHEMA_REGISTRY_URL); skipped")]
-    client.timeout_s = 5.0
     try:
-        # the registry client's one request helper; GET /subjects answers a JSON list
-        subjects = client._request("GET", "/subjects", None)
+        subjects = client.subjects()
     except FrameworkError as exc:
         return [Check("registry", Status.FAIL, str(exc),
-                      "check that the registry runs and FW_SCHEMA_REGISTRY_URL (and _USER/_PASSWORD) name it")]
+                      "check that the registry runs and that "
+                      "FW_SCHEMA_REGISTRY_URL (and _USER/_PASSWORD) name it")]
+    finally:
+        client.close()
     return [Check("registry", Status.OK, f"{client.url} answers: {len(subjects)} subjects")]
 
 

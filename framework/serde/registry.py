@@ -1,48 +1,35 @@
-"""A minimal client of the Confluent Schema Registry REST API, on the standard library only.
+"""The schema registry client of the Avro serde and of ``fw schemas``: a Confluent Schema
+Registry (or one that speaks its API, such as Apicurio Registry's ``/apis/ccompat/v7``).
 
-Two calls are all the Avro serde needs::
+The requests go through ``confluent_kafka.schema_registry`` (``framework.kafka.registry``);
+this class adds what the framework needs around them:
 
-    POST /subjects/{subject}/versions   {"schema": "<schema JSON>"}  ->  {"id": 7}
-    GET  /schemas/ids/{id}                                           ->  {"schema": "<JSON>"}
-
-Both answers are cached for the life of the client: a subject/schema pair always maps to
-the same id, and an id always names the same schema, so nothing ever needs invalidating.
-Credentials (``auth`` or ``user:password@`` in the URL) are sent as HTTP Basic auth and
-never appear in reprs or exception messages.
+- the settings ``FW_SCHEMA_REGISTRY_URL``, ``FW_SCHEMA_REGISTRY_USER`` and
+  ``FW_SCHEMA_REGISTRY_PASSWORD`` (``from_env``);
+- credentials (``auth``, or ``user:password@`` in the URL) sent as HTTP Basic auth and never
+  shown in reprs or exception messages;
+- caches of what never changes: a subject/schema pair always maps to the same id, and an id
+  always names the same schema, so nothing ever needs invalidating;
+- every failure one ``SchemaRegistryError`` naming the request, the HTTP status and the
+  registry's message.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from framework.errors import ConfigError, FrameworkError
+from framework.errors import ConfigError
+from framework.kafka.registry import RegistryConnection, SchemaRegistryError, SubjectVersion
 
-__all__ = ["SchemaRegistryClient", "SchemaRegistryError"]
+__all__ = ["SchemaRegistryClient", "SchemaRegistryError", "SubjectVersion"]
 
-_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _ENV_URL = "FW_SCHEMA_REGISTRY_URL"
 _ENV_USER = "FW_SCHEMA_REGISTRY_USER"
 _ENV_PASSWORD = "FW_SCHEMA_REGISTRY_PASSWORD"
-
-
-class SchemaRegistryError(FrameworkError):
-    """The registry refused a request or could not be reached.
-
-    ``status`` is the HTTP status (``None`` when no answer came) and ``error_code`` the
-    registry's own code (e.g. 40403 "schema not found", 409 "incompatible schema").
-    """
-
-    def __init__(self, message: str, status: int | None = None, error_code: int | None = None):
-        super().__init__(message)
-        self.status = status
-        self.error_code = error_code
 
 
 def _split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
@@ -71,27 +58,28 @@ class SchemaRegistryClient:
 
     ``register(subject, schema)`` returns the schema's global id (registering an identical
     schema again returns the existing id, as the registry does). ``get_schema(id)`` returns
-    the schema as a dict. Failures raise ``SchemaRegistryError`` naming the request, the
-    HTTP status and the registry's message.
+    the schema as a dict. ``subjects``, ``versions``, ``version``, ``compatibility``,
+    ``set_compatibility`` and ``is_compatible`` serve ``fw schemas check``. ``timeout_s``
+    bounds each HTTP request. Failures raise ``SchemaRegistryError`` naming the request,
+    the HTTP status and the registry's message.
     """
 
-    __slots__ = ("url", "timeout_s", "_auth_header", "_ids", "_schemas")
+    __slots__ = ("_auth", "_connection", "_ids", "_schemas", "timeout_s", "url")
 
     def __init__(
         self, url: str, *, auth: tuple[str, str] | None = None, timeout_s: float = 10
     ) -> None:
         self.url, url_auth = _split_credentials(url)
-        auth = auth or url_auth
+        self._auth = auth or url_auth
         self.timeout_s = timeout_s
-        self._auth_header: str | None = None
-        if auth is not None:
-            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
-            self._auth_header = f"Basic {token}"
+        self._connection: RegistryConnection | None = None
         self._ids: dict[tuple[str, str], int] = {}
         self._schemas: dict[int, Any] = {}
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> SchemaRegistryClient | None:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, timeout_s: float = 10
+    ) -> SchemaRegistryClient | None:
         """A client from ``FW_SCHEMA_REGISTRY_URL`` (+ ``_USER`` / ``_PASSWORD``), or ``None``."""
         env = os.environ if env is None else env
         url = env.get(_ENV_URL, "").strip()
@@ -108,7 +96,14 @@ class SchemaRegistryClient:
                 f"both; set {missing} too, or unset {given}"
             )
         auth = (user, password) if user is not None and password is not None else None
-        return cls(url, auth=auth)
+        return cls(url, auth=auth, timeout_s=timeout_s)
+
+    @property
+    def _registry(self) -> RegistryConnection:
+        # Made on first use, so that a client can be built (and timeout_s set) without I/O.
+        if self._connection is None:
+            self._connection = RegistryConnection(self.url, self._auth, self.timeout_s)
+        return self._connection
 
     def register(self, subject: str, schema: Any) -> int:
         """Register ``schema`` (an Avro schema as dict, list or primitive name) under
@@ -118,9 +113,7 @@ class SchemaRegistryClient:
         cached = self._ids.get(key)
         if cached is not None:
             return cached
-        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions"
-        answer = self._request("POST", path, {"schema": text})
-        schema_id = int(answer["id"])
+        schema_id = self._registry.register(subject, text)
         self._ids[key] = schema_id
         self._schemas.setdefault(schema_id, json.loads(text))
         return schema_id
@@ -130,46 +123,48 @@ class SchemaRegistryClient:
         cached = self._schemas.get(schema_id)
         if cached is not None:
             return cached
-        answer = self._request("GET", f"/schemas/ids/{int(schema_id)}", None)
-        kind = answer.get("schemaType", "AVRO")
+        kind, text = self._registry.schema(int(schema_id))
         if kind != "AVRO":
             raise SchemaRegistryError(f"schema id {schema_id} is a {kind} schema, not Avro")
-        schema = json.loads(answer["schema"])
+        try:
+            schema = json.loads(text)
+        except ValueError as exc:
+            raise SchemaRegistryError(f"schema id {schema_id} is not valid JSON: {exc}") from None
         self._schemas[schema_id] = schema
         return schema
 
-    def _request(self, method: str, path: str, body: Any) -> dict[str, Any]:
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Accept", _CONTENT_TYPE)
-        if data is not None:
-            request.add_header("Content-Type", _CONTENT_TYPE)
-        if self._auth_header is not None:
-            request.add_header("Authorization", self._auth_header)
-        what = f"schema registry {method} {self.url}{path}"
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            message, code = _error_body(exc)
-            raise SchemaRegistryError(
-                f"{what} failed: HTTP {exc.code}: {message}", exc.code, code
-            ) from None  # the chained HTTPError adds nothing but noise
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SchemaRegistryError(f"{what} failed: {reason}") from None
-        except ValueError as exc:  # the answer was not JSON
-            raise SchemaRegistryError(f"{what} answered with invalid JSON: {exc}") from None
+    def subjects(self) -> list[str]:
+        """Every subject of the registry."""
+        return self._registry.subjects()
+
+    def versions(self, subject: str) -> list[int]:
+        """The version numbers of ``subject``, oldest first."""
+        return self._registry.versions(subject)
+
+    def version(self, subject: str, version: int | str = "latest") -> SubjectVersion:
+        """Version ``version`` of ``subject`` (``"latest"``: the newest)."""
+        return self._registry.version(subject, version)
+
+    def compatibility(self, subject: str | None = None) -> str | None:
+        """The compatibility level of ``subject`` (``None`` when it has none of its own,
+        so the global one applies), or without a subject the global level."""
+        return self._registry.compatibility(subject)
+
+    def set_compatibility(self, level: str, subject: str | None = None) -> None:
+        """Set the compatibility level of ``subject``, or the global one."""
+        self._registry.set_compatibility(level, subject)
+
+    def is_compatible(self, subject: str, schema: Any) -> bool:
+        """Whether the registry would accept the Avro ``schema`` as the next version of
+        ``subject`` under the subject's compatibility level."""
+        return self._registry.is_compatible(subject, json.dumps(schema, separators=(",", ":")))
+
+    def close(self) -> None:
+        """Close the HTTP connections (the client opens them again when used)."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def __repr__(self) -> str:
-        auth = ", auth=***" if self._auth_header else ""
+        auth = ", auth=***" if self._auth else ""
         return f"SchemaRegistryClient({self.url!r}{auth})"
-
-
-def _error_body(exc: urllib.error.HTTPError) -> tuple[str, int | None]:
-    """The registry's ``{"error_code": .., "message": ..}``, or the raw reason."""
-    try:
-        body = json.loads(exc.read() or b"{}")
-        return str(body.get("message") or exc.reason), body.get("error_code")
-    except (ValueError, AttributeError, OSError):
-        return str(exc.reason), None

@@ -1,7 +1,8 @@
 """Serdes: round trips, error contracts, the Confluent wire format and schema loading.
 
 The registry tests run a tiny in-memory Schema Registry on 127.0.0.1 in a thread: they
-test our client's HTTP protocol, not a stand-in for Kafka.
+test our client's HTTP protocol, not a stand-in for Kafka. (The integration tests run the
+real thing: tests/integration/test_schema_registry.py.)
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import re
 import struct
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -139,7 +141,8 @@ def test_avro_invalid_schema_is_a_config_error() -> None:
 
 
 class FakeRegistry:
-    """The two Schema Registry endpoints the client uses, over real HTTP, in memory."""
+    """The two Schema Registry endpoints the serde uses, over real HTTP, in memory. Requests
+    are recorded by path; query parameters (``?normalize=false``) are ignored."""
 
     def __init__(self) -> None:
         self.schemas: dict[int, str] = {}
@@ -156,8 +159,9 @@ class FakeRegistry:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                registry.requests.append(("POST", self.path, dict(self.headers)))
-                match = re.fullmatch(r"/subjects/([^/]+)/versions", self.path)
+                path = urllib.parse.urlsplit(self.path).path
+                registry.requests.append(("POST", path, dict(self.headers)))
+                match = re.fullmatch(r"/subjects/([^/]+)/versions", path)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if not match or "schema" not in body:
                     return self._send(404, {"error_code": 404, "message": "no such path"})
@@ -169,8 +173,9 @@ class FakeRegistry:
                 self._send(200, {"id": schema_id})
 
             def do_GET(self) -> None:
-                registry.requests.append(("GET", self.path, dict(self.headers)))
-                match = re.fullmatch(r"/schemas/ids/(\d+)", self.path)
+                path = urllib.parse.urlsplit(self.path).path
+                registry.requests.append(("GET", path, dict(self.headers)))
+                match = re.fullmatch(r"/schemas/ids/(\d+)", path)
                 text = registry.schemas.get(int(match.group(1))) if match else None
                 if text is None:
                     return self._send(404, {"error_code": 40403, "message": "Schema not found"})
