@@ -13,6 +13,7 @@ from framework.cli.demo import demo
 from framework.cli.doctor import doctor
 from framework.cli.new import new
 from framework.cli.ops import group, state, topics
+from framework.cli.registry import registry
 from framework.cli.replay import archive, replay
 from framework.cli.run import run
 from framework.cli.status import status
@@ -39,6 +40,7 @@ cli.add_command(status)
 cli.add_command(new)
 cli.add_command(doctor)
 cli.add_command(acls)
+cli.add_command(registry)
 
 
 def main() -> None:

@@ -254,7 +254,7 @@ def check_registry() -> list[Check]:
         subjects = client.subjects()
     except FrameworkError as exc:
         return [Check("registry", Status.FAIL, str(exc),
-                      "check that the registry runs and that "
+                      "check that the registry runs (a local one: fw registry start) and that "
                       "FW_SCHEMA_REGISTRY_URL (and _USER/_PASSWORD) name it")]
     finally:
         client.close()

@@ -1,7 +1,9 @@
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from framework.broker.registry import DEFAULT_PORT, LocalRegistry, external_registry, free_port
 from tests.integration.harness import ServiceProcess
 
 
@@ -19,3 +21,23 @@ def services() -> Iterator[list[ServiceProcess]]:
     for svc in started:
         if svc.alive:
             svc.kill()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Confluent-compatible schema registry for the session, its API URL:
+    ``FW_SCHEMA_REGISTRY_URL`` when set, else a local one (``fw registry start``'s code) in a
+    temporary directory on a free port, stopped at the end. Tests use subjects of their own."""
+    external = external_registry()
+    if external:
+        yield external
+        return
+    # From a port that depends on the process: concurrent test runs look in different places
+    # (a port found free can still be taken by another run's registry while this one starts).
+    port = free_port(start=DEFAULT_PORT + 1 + os.getpid() % 800)
+    registry = LocalRegistry(tmp_path_factory.mktemp("registry"), port=port)
+    status = registry.start()
+    try:
+        yield status.url
+    finally:
+        registry.stop()
