@@ -1,4 +1,4 @@
-"""The ``fw`` command line: broker, run, demo, replay and archive."""
+"""The ``fw`` command line: broker, registry, run, demo, replay, archive and the operations commands."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from framework.cli.ops import group, state, topics
 from framework.cli.registry import registry
 from framework.cli.replay import archive, replay
 from framework.cli.run import run
+from framework.cli.schemas import schemas
 from framework.cli.status import status
 from framework.errors import FrameworkError, UsageError
 from framework.kafka.connect import client_failure
@@ -41,6 +42,7 @@ cli.add_command(new)
 cli.add_command(doctor)
 cli.add_command(acls)
 cli.add_command(registry)
+cli.add_command(schemas)
 
 
 def main() -> None:

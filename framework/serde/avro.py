@@ -29,7 +29,7 @@ from fastavro.schema import SchemaParseException, UnknownType, to_parsing_canoni
 from framework.errors import ConfigError
 from framework.serde.registry import SchemaRegistryClient
 
-__all__ = ["AvroSerde", "load_schema"]
+__all__ = ["AvroSerde", "load_schema", "schema_files"]
 
 _MAGIC = 0
 _HEADER = struct.Struct(">bI")  # magic byte, schema id
@@ -213,6 +213,21 @@ def load_schema(
     if text in broken:
         raise broken[text]
     raise ConfigError(_unknown_message(text, index, broken, directory, why))
+
+
+def schema_files(
+    schemas_dir: str | os.PathLike[str] | None = None,
+) -> tuple[Path, list[tuple[Path, dict[str, Any] | ConfigError]]]:
+    """The directory ``load_schema`` searches (the same rules) and every ``.avsc`` file under
+    it, sorted, each with its schema or the ``ConfigError`` that says why it cannot be read."""
+    directory, _ = _schemas_dir(schemas_dir)
+    files: list[tuple[Path, dict[str, Any] | ConfigError]] = []
+    for path in sorted(directory.rglob("*.avsc")) if directory.is_dir() else []:
+        try:
+            files.append((path, copy.deepcopy(_read_file(path))))
+        except ConfigError as exc:
+            files.append((path, exc))
+    return directory, files
 
 
 def _schemas_dir(explicit: str | os.PathLike[str] | None) -> tuple[Path, str]:
