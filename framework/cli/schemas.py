@@ -34,8 +34,9 @@ def check(schemas_dir: str | None, url: str | None, as_json: bool) -> None:
     A subject belongs to a file when its latest schema has the file's full name
     (namespace.name). The registry judges the file under the subject's compatibility level
     (its own, else the global one); for a refused change the line names each field that
-    breaks the level and why. Prints a line per subject, ✓ compatible, ✗ incompatible, -
-    no subject (or an unreadable file); exit status 1 when any change is incompatible.
+    breaks the level and why. Prints a line per subject, ✓ compatible, ✗ incompatible, then
+    a line for the schemas no subject has; an unreadable file is a ✗ line of its own. Exit
+    status 1 when any change is incompatible or any file unreadable.
     """
     client = S.client_for(url)
     try:
@@ -47,7 +48,11 @@ def check(schemas_dir: str | None, url: str | None, as_json: bool) -> None:
     else:
         symbols = _SYMBOLS if _can_print(_SYMBOLS) else _ASCII
         width = max((len(r.subject) for r in results if r.subject), default=0)
-        out.lines(_line(r, symbols, width) for r in results)
+        # files no subject has are one line: a project has many schemas the registry never saw
+        alone = [r.schema for r in results if r.subject is None and r.schema is not None]
+        out.lines(_line(r, symbols, width) for r in results if r.subject is not None or r.schema is None)
+        if alone:
+            click.echo(f"{symbols[None]} no subject has {', '.join(alone)}")
         incompatible = sum(r.compatible is False for r in results)
         checked = sum(r.compatible is not None for r in results)
         click.echo(f"{checked} subject{'s' if checked != 1 else ''} checked, {incompatible} incompatible")
@@ -57,9 +62,9 @@ def check(schemas_dir: str | None, url: str | None, as_json: bool) -> None:
 def _line(r: S.SchemaCheck, symbols: dict[bool | None, str], width: int) -> str:
     """``✗ numbers-value  demo.Number (schemas/number.avsc): field `unit` added ...``, the
     subjects padded to ``width``."""
+    if r.schema is None:  # an unreadable file
+        return f"{symbols[False]} {r.file}: {r.error}"
     symbol = symbols[r.compatible]
-    if r.subject is None:
-        return f"{symbol} {r.schema or r.file} ({r.file}): {r.error}"
     head = f"{symbol} {r.subject:<{width}}  {r.schema} ({r.file})"
     if r.compatible:
         state = "unchanged" if r.unchanged else "compatible"

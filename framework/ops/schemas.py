@@ -91,7 +91,8 @@ def check(client: SchemaRegistryClient, schemas_dir: str | os.PathLike[str] | No
 
 
 def failed(results: list[SchemaCheck]) -> bool:
-    return any(r.compatible is False for r in results)
+    """Whether any change is incompatible, or any file unreadable."""
+    return any(r.compatible is False or r.schema is None for r in results)
 
 
 def _subjects_by_name(client: SchemaRegistryClient) -> dict[str, list[tuple[str, Any]]]:
