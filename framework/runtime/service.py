@@ -43,6 +43,8 @@ from framework.state.rocksdb import RocksDBBackend
 
 log = logging.getLogger("framework.runtime")
 _STALL_DETAIL = 8  # partitions described (one broker request each) in a stall warning
+_STANDBY_BATCH = 5_000  # changelog records a standby applies per round of the loop, at most
+_STANDBY_WAIT_S = 0.01  # how long a round waits for them when the input is idle: what it adds to latency
 
 
 class Service:
@@ -198,13 +200,15 @@ class Service:
             restoring = self.restorer.busy
             if restoring:
                 self.restorer.step()
-            # while a restore runs, the input is not waited for: the restore's own read waits
-            msgs = consume(batch, 0 if restoring else timeout)
+            copying = standby is not None and standby.behind
+            # while a restore runs or a standby copy is behind, the input is not waited for:
+            # their own reads wait (a copy's briefly), so neither is held to a batch per wait
+            msgs = consume(batch, 0 if restoring or copying else timeout)
             now = time.monotonic()
             if standby is not None:
                 standby.maybe_refresh(now)
                 if standby.busy:
-                    standby.step()
+                    standby.step(_STANDBY_BATCH, _STANDBY_WAIT_S if copying and not msgs else 0)
             if obs is not None:
                 obs.heartbeat = now
             if msgs:

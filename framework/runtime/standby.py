@@ -79,6 +79,11 @@ class Standby:
     def busy(self) -> bool:
         return bool(self._items)
 
+    @property
+    def behind(self) -> bool:
+        """Some copy has not read its changelog to the end yet (records are waiting)."""
+        return len(self.current) < len(self._items)
+
     def refresh_soon(self) -> None:
         """After a rebalance: ask the group again within a moment."""
         self._next_refresh = min(self._next_refresh, time.monotonic() + _RETRY_S)
@@ -141,11 +146,12 @@ class Standby:
                 self.current.discard(item.changelog)
                 self.runner.backend.open(self.runner.pipeline.name, item.store, p).close()
 
-    def step(self, max_records: int = 2_000) -> int:
-        """Apply what the changelogs have for the copies now (never waits). Returns the count."""
+    def step(self, max_records: int = 2_000, wait_s: float = 0.0) -> int:
+        """Apply what the changelogs have for the copies, waiting up to ``wait_s`` for the
+        first of it. Returns the count."""
         batch: dict[TP, list[tuple[int, bytes | None, bytes | None]]] = {}
         at_end: dict[TP, bool] = {}  # whether the partition's last event here was its end
-        for got in self.reader.read(max_records, 0):
+        for got in self.reader.read(max_records, wait_s):
             if got[1] is None:
                 at_end[got[0]] = True
             else:
