@@ -241,13 +241,7 @@ class LocalBroker:
         if pid is None or not _alive(pid):
             self._state_file.unlink(missing_ok=True)
             return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_TIMEOUT_S
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid)
+        terminate(pid)
         self._state_file.unlink(missing_ok=True)
         return True
 
@@ -386,7 +380,7 @@ class LocalBroker:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None or not _alive(pid):
-                if "BindException" in self._log_since(self._launched_at):
+                if "BindException" in log_since(self.log_file, self._launched_at):
                     raise BrokerError(
                         f"port {self.port} or {self.port + 1} on 127.0.0.1 was taken by another process while "
                         f"the broker started (see {self.log_file}); choose other ports with FW_BROKER_PORT, "
@@ -414,14 +408,6 @@ class LocalBroker:
         env = dict(os.environ)
         env.pop("CLASSPATH", None)
         return env
-
-    def _log_since(self, offset: int) -> str:
-        try:
-            with open(self.log_file, "rb") as f:
-                f.seek(offset)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
 
     def _log_tail(self, lines: int = 20) -> str:
         try:
@@ -452,11 +438,38 @@ def _write_private(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def require_tool(name: str, how: str) -> str:
+def require_tool(name: str, how: str, needed_by: str = "the local Kafka broker") -> str:
     path = shutil.which(name)
     if path is None:
-        raise EnvironmentProblem(f"`{name}` is not on PATH; the local Kafka broker needs it. {how}")
+        raise EnvironmentProblem(f"`{name}` is not on PATH; {needed_by} needs it. {how}")
     return path
+
+
+def terminate(pid: int) -> None:
+    """SIGTERM, then SIGKILL if ``pid`` is still there after ``_STOP_TIMEOUT_S``; returns
+    once it is gone."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + _STOP_TIMEOUT_S
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie child of ours is reaped, and does not)."""
+    return _alive(pid)
+
+
+def log_since(path: Path, offset: int) -> str:
+    """A log file's text from byte ``offset`` on (empty when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def port_free(port: int) -> bool:

@@ -28,7 +28,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -37,8 +36,16 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from framework.broker.local import _alive, _wait_gone, ephemeral_ports, fw_home, port_free
-from framework.errors import BrokerError, EnvironmentProblem, FrameworkError
+from framework.broker.local import (
+    alive,
+    ephemeral_ports,
+    fw_home,
+    log_since,
+    port_free,
+    require_tool,
+    terminate,
+)
+from framework.errors import BrokerError, FrameworkError
 from framework.serde.registry import SchemaRegistryClient
 
 APICURIO_VERSION = "2.6.13.Final"
@@ -47,7 +54,7 @@ _RUNNER = f"apicurio-registry-app-{APICURIO_VERSION}-runner.jar"
 API_PATH = "/apis/ccompat/v7"
 DEFAULT_PORT = 28081
 _START_TIMEOUT_S = 120.0
-_STOP_TIMEOUT_S = 30.0
+_NEEDED_BY = "the local schema registry"
 
 
 def external_registry() -> str | None:
@@ -104,7 +111,7 @@ class LocalRegistry:
             return RegistryStatus(_answers_as_configured(), ext, None, self.instance_dir, self.log_file, True)
         pid, port = self._recorded()
         url = f"http://127.0.0.1:{port}{API_PATH}"
-        running = pid is not None and _alive(pid) and _answers(url, 2.0)
+        running = pid is not None and alive(pid) and _answers(url, 2.0)
         return RegistryStatus(running, url, pid if running else None, self.instance_dir, self.log_file)
 
     def start(self) -> RegistryStatus:
@@ -119,9 +126,9 @@ class LocalRegistry:
         if current.running:
             return current
         pid, _ = self._recorded()
-        if pid is not None and _alive(pid):
+        if pid is not None and alive(pid):
             return self._wait_ready(pid)  # started but not answering yet: a concurrent start
-        java = _require("java", "Install a Java 17+ JDK, e.g. `apt-get install openjdk-17-jdk-headless`.")
+        java = require_tool("java", "Install a Java 17+ JDK, e.g. `apt-get install openjdk-17-jdk-headless`.", _NEEDED_BY)
         if not port_free(self.port):
             raise BrokerError(f"port {self.port} on 127.0.0.1 is taken by another process, so the schema registry "
                               f"of {self.instance_dir} cannot listen on it; stop that process or choose another "
@@ -134,16 +141,10 @@ class LocalRegistry:
         if self._external():
             return False
         pid, _ = self._recorded()
-        if pid is None or not _alive(pid):
+        if pid is None or not alive(pid):
             self._state_file.unlink(missing_ok=True)
             return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_TIMEOUT_S
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid)
+        terminate(pid)
         self._state_file.unlink(missing_ok=True)
         return True
 
@@ -153,7 +154,7 @@ class LocalRegistry:
         marker = self.dist_dir / ".complete"
         if marker.exists():
             return self.dist_dir
-        mvn = _require("mvn", "Install Apache Maven, e.g. `apt-get install maven`.")
+        mvn = require_tool("mvn", "Install Apache Maven, e.g. `apt-get install maven`.", _NEEDED_BY)
         self.dist_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.dist_dir.parent / f".{APICURIO_VERSION}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -203,7 +204,7 @@ class LocalRegistry:
     def _wait_ready(self, pid: int, proc: subprocess.Popen[bytes] | None = None) -> RegistryStatus:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None or not _alive(pid):
+            if proc is not None and proc.poll() is not None or not alive(pid):
                 self._state_file.unlink(missing_ok=True)
                 raise self._start_failure()
             if _answers(self.url, 1.0):
@@ -212,7 +213,7 @@ class LocalRegistry:
         raise BrokerError(f"the schema registry did not answer within {_START_TIMEOUT_S:.0f}s; see {self.log_file}")
 
     def _start_failure(self) -> BrokerError:
-        since = self._log_since(self._launched_at)
+        since = log_since(self.log_file, self._launched_at)
         if "seems to be in use by another process" in since or "Address already in use" in since:
             ephemeral = ephemeral_ports()
             return BrokerError(
@@ -228,14 +229,6 @@ class LocalRegistry:
             return int(state["pid"]), int(state["port"])
         except (OSError, ValueError, KeyError):
             return None, self.port
-
-    def _log_since(self, offset: int) -> str:
-        try:
-            with open(self.log_file, "rb") as f:
-                f.seek(offset)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
 
 
 def free_port(start: int = DEFAULT_PORT, count: int = 900) -> int:
@@ -271,10 +264,3 @@ def _answers_as_configured() -> bool:
     except FrameworkError:
         return False
     return True
-
-
-def _require(name: str, how: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise EnvironmentProblem(f"`{name}` is not on PATH; the local schema registry needs it. {how}")
-    return path
