@@ -200,7 +200,7 @@ class LocalBroker:
         if ext:
             return BrokerStatus(broker_answers(ext), ext, None, self.instance_dir, self.log_file, True)
         pid, bootstrap = self._recorded()
-        running = pid is not None and _alive(pid) and self._answers(bootstrap, 2.0)
+        running = pid is not None and alive(pid) and self._answers(bootstrap, 2.0)
         return BrokerStatus(running, bootstrap, pid if running else None, self.instance_dir, self.log_file,
                             security=self.security)
 
@@ -224,7 +224,7 @@ class LocalBroker:
         if current.running:
             return current
         pid, _ = self._recorded()
-        if pid is not None and _alive(pid):
+        if pid is not None and alive(pid):
             # Started but not answering yet (e.g. a concurrent start): wait for it.
             return self._wait_ready(pid)
         java = require_tool("java", "Install a Java 17+ JDK, e.g. `apt-get install openjdk-17-jdk-headless`.")
@@ -237,13 +237,7 @@ class LocalBroker:
         """Stop the broker; True when one was running. Leaves the data directory in place."""
         if self._external():
             return False
-        pid, _ = self._recorded()
-        if pid is None or not _alive(pid):
-            self._state_file.unlink(missing_ok=True)
-            return False
-        terminate(pid)
-        self._state_file.unlink(missing_ok=True)
-        return True
+        return stop_recorded(self._recorded()[0], self._state_file)
 
     def fetch(self) -> Path:
         """Resolve the Kafka server jars from Maven Central into the cache (once)."""
@@ -379,7 +373,7 @@ class LocalBroker:
     def _wait_ready(self, pid: int, proc: subprocess.Popen[bytes] | None = None) -> BrokerStatus:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None or not _alive(pid):
+            if proc is not None and proc.poll() is not None or not alive(pid):
                 if "BindException" in log_since(self.log_file, self._launched_at):
                     raise BrokerError(
                         f"port {self.port} or {self.port + 1} on 127.0.0.1 was taken by another process while "
@@ -445,21 +439,27 @@ def require_tool(name: str, how: str, needed_by: str = "the local Kafka broker")
     return path
 
 
+def stop_recorded(pid: int | None, state_file: Path) -> bool:
+    """Stop the process a state file records (``terminate``) and forget it; True when one
+    was running."""
+    if pid is None or not alive(pid):
+        state_file.unlink(missing_ok=True)
+        return False
+    terminate(pid)
+    state_file.unlink(missing_ok=True)
+    return True
+
+
 def terminate(pid: int) -> None:
     """SIGTERM, then SIGKILL if ``pid`` is still there after ``_STOP_TIMEOUT_S``; returns
     once it is gone."""
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + _STOP_TIMEOUT_S
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         os.kill(pid, signal.SIGKILL)
         _wait_gone(pid)
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie child of ours is reaped, and does not)."""
-    return _alive(pid)
 
 
 def log_since(path: Path, offset: int) -> str:
@@ -518,7 +518,8 @@ def _cluster_id() -> str:
             return cluster_id
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie child of ours is reaped, and does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -543,5 +544,5 @@ def _not_zombie(pid: int) -> bool:
 
 def _wait_gone(pid: int) -> None:
     deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -43,7 +43,7 @@ from framework.broker.local import (
     log_since,
     port_free,
     require_tool,
-    terminate,
+    stop_recorded,
 )
 from framework.errors import BrokerError, FrameworkError
 from framework.serde.registry import SchemaRegistryClient
@@ -140,13 +140,7 @@ class LocalRegistry:
         """Stop the registry (its schemas are lost); True when one was running."""
         if self._external():
             return False
-        pid, _ = self._recorded()
-        if pid is None or not alive(pid):
-            self._state_file.unlink(missing_ok=True)
-            return False
-        terminate(pid)
-        self._state_file.unlink(missing_ok=True)
-        return True
+        return stop_recorded(self._recorded()[0], self._state_file)
 
     def fetch(self) -> Path:
         """Resolve the registry's distribution from Maven Central and unpack it into the

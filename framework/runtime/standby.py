@@ -113,8 +113,9 @@ class Standby:
         self._next_refresh = now + REFRESH_S
         owners = {key: {p for _, p in tps} for key, tps in group.values()}
         wanted = standby_tasks(owners, group[me][0], self.replicas) - self._active()
-        for p in sorted(set(self.tasks) - wanted):
-            self.release([p])
+        for p in sorted(set(self.tasks) - wanted):  # went elsewhere: its stores close too
+            for item in self.release([p]):
+                self.runner.backend.open(self.runner.pipeline.name, item.store, p).close()
         new = sorted(wanted - set(self.tasks))
         if new:
             self._start(new)
@@ -135,16 +136,19 @@ class Standby:
                  ", ".join(f"{i.store}[{i.partition}] from offset {i.start}" for p in partitions for i in self.tasks[p])
                  or "no stores")
 
-    def release(self, partitions: Iterable[int]) -> None:
+    def release(self, partitions: Iterable[int]) -> list[StoreRestore]:
         """Stop copying ``partitions`` (this member is about to run them, or they went
-        elsewhere); what was applied stays, with its offset, for a restore to continue."""
+        elsewhere); what was applied stays, with its offset, for a restore to continue, and
+        the stores stay open for it. Returns the store partitions released."""
+        released = []
         for p in partitions:
             for item in self.tasks.pop(p, []):
                 self.reader.remove(item.changelog)
                 self._items.pop(item.changelog, None)
                 self.position.pop(item.changelog, None)
                 self.current.discard(item.changelog)
-                self.runner.backend.open(self.runner.pipeline.name, item.store, p).close()
+                released.append(item)
+        return released
 
     def step(self, max_records: int = 2_000, wait_s: float = 0.0) -> int:
         """Apply what the changelogs have for the copies, waiting up to ``wait_s`` for the
