@@ -70,16 +70,22 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
               help="Records a task processes between looks at its outputs (and commits).")
 @click.option("--allow-nondeterministic", is_flag=True,
               help="Replay a pipeline with steps whose results replay cannot reproduce (docs/replay.md).")
+@click.option("--reader", type=click.Choice(["spark", "librdkafka"]), default="spark", show_default=True,
+              help="How the topics are read: Spark's Kafka source, or each Spark task reads its partitions "
+                   "with the framework's own Kafka client (librdkafka; less CPU, docs/replay.md).")
 @_spark_options
 def replay(target: str, start: str, end: str, archive: str | None, output: str, output_suffix: str, bootstrap: bool,
-           commit_every: int, batch_size: int, allow_nondeterministic: bool, master: str, confs: tuple[str, ...],
-           dry_run: bool, config_file: str | None) -> None:
+           commit_every: int, batch_size: int, allow_nondeterministic: bool, reader: str, master: str,
+           confs: tuple[str, ...], dry_run: bool, config_file: str | None) -> None:
     """Run the pipeline TARGET (module:pipeline) over history on Spark, as the live service
     would: backfill its outputs, and/or bootstrap its state for the live service."""
     pipeline = load_pipeline(target)
     config = Config.load(Path(config_file) if config_file else None)
     if output != "none" and output != "topic" and not output.startswith("parquet:"):
         raise click.BadParameter(f"{output!r}: use topic, parquet:PATH or none", param_hint="--output")
+    if archive and reader != "spark":
+        raise click.BadParameter("an archive is read by Spark: leave --reader out with --archive",
+                                 param_hint="--reader")
     issues = check_contract(pipeline)
     if issues and not allow_nondeterministic:
         lines = "\n".join(f"  {i}" for i in issues)
@@ -106,7 +112,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       archive=str(Path(archive).resolve()) if archive else None,
                       allow_nondeterministic=allow_nondeterministic, commit_every=commit_every, batch_size=batch_size,
                       changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()],
-                      definition=definition_of(pipeline))
+                      definition=definition_of(pipeline), reader=reader)
     _run(plan, target, "replay", master, confs, dry_run)
 
 

@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -573,6 +573,63 @@ class ChangelogReader:
         self._c.close()
         if self._log_end is not None:
             self._log_end.close()
+
+
+def read_range(settings: Mapping[str, Any], group: str, topic: str, partition: int, start: int, end: int, *,
+               batch: int = 10_000, stall_s: float = 120.0) -> Iterator[list[Message]]:
+    """The committed records of ``topic[partition]`` from ``start`` up to ``end`` (exclusive)
+    in offset order, in lists of up to ``batch``: the messages as the live service consumes
+    them, headers and timestamps included. One consumer of its own, read_committed, assigned
+    (never in a group, nothing committed). The range is done when a record at ``end - 1``
+    arrives or, where the range ends in commit markers or aborted records, when the
+    partition's end is reached with the position at ``end``. ``stall_s`` without progress
+    (a transaction left open below ``end``) is an error."""
+    if start >= end:
+        return
+    conf: dict[str, Any] = {
+        "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
+        "enable.partition.eof": True, "logger": CLIENT_LOG, "fetch.wait.max.ms": 20,
+    }
+    conf.update(settings)
+    consumer = Consumer(conf)
+    where = f"{topic}[{partition}]"
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        last_progress = time.monotonic()
+        while True:
+            got, at_end = [], False
+            for msg in consumer.consume(batch, 0.5):
+                err = msg.error()
+                if err is None:
+                    got.append(msg)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    at_end = True
+                elif err.fatal():
+                    raise FatalKafkaError(f"reading {where}: {err}")
+                else:
+                    log.warning("reading %s: %s", where, err)
+            if got:
+                last_progress = time.monotonic()
+                if got[-1].offset() >= end - 1:
+                    if got[-1].offset() >= end:
+                        got = [m for m in got if m.offset() < end]
+                    if got:
+                        yield got
+                    return
+                yield got
+            if at_end:
+                [pos] = consumer.position([TopicPartition(topic, partition)])
+                if pos.offset >= end:
+                    return
+            if time.monotonic() - last_progress > stall_s:
+                [pos] = consumer.position([TopicPartition(topic, partition)])
+                raise KafkaClientError(
+                    f"reading {where}: no committed record past offset {pos.offset} for {stall_s:.0f} s, and the "
+                    f"range ends at {end}. A transaction left open below {end} holds read_committed readers back. "
+                    "Fix: let it end (it is aborted after its transaction.timeout.ms), or replay --to an offset "
+                    "below it")
+    finally:
+        consumer.close()
 
 
 def _too_large(topic: str, key: bytes | None, value: bytes | None, headers: Headers) -> RecordTooLargeError:

@@ -54,13 +54,14 @@ class ResumableWriter:
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Headers = None,
                 partition: int | None = None) -> None:
-        args: dict[str, Any] = {"key": key, "value": value, "timestamp": timestamp or 0,
-                                "headers": list(headers) if headers else None}
-        if partition is not None:
-            args["partition"] = partition
+        # Positional (topic, value, key, partition, on_delivery, callback, timestamp, headers):
+        # a kwargs dict per record costs more than the call. No delivery report: a failed
+        # delivery fails the transaction's commit.
+        part = -1 if partition is None else partition  # -1: the partitioner chooses, by key
+        hdrs = list(headers) if headers else None
         while True:
             try:
-                self._p.produce(topic, **args)
+                self._p.produce(topic, value, key, part, None, None, timestamp or 0, hdrs)
                 break
             except BufferError:
                 self._p.poll(0.05)  # local queue full: let deliveries drain

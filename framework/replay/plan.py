@@ -141,6 +141,7 @@ class ReplayPlan:
     allow_nondeterministic: bool = False
     changelogs: list[str] = field(default_factory=list)  # the service's, created anew by a bootstrap
     definition: str = ""  # the pipeline as fw replay imported it: executors must import the same
+    reader: str = "spark"  # how stage 0 reads the topics: "spark" (its Kafka source) or "librdkafka" (the tasks)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -157,6 +158,11 @@ class ReplayPlan:
     def renamed(self, topic: str) -> str:
         """The topic a backfill writes ``topic``'s records to."""
         return f"{topic}{self.output_suffix}"
+
+    @property
+    def reads_in_tasks(self) -> bool:
+        """Stage 0's tasks read their source ranges themselves (``--reader librdkafka``)."""
+        return self.reader == "librdkafka" and not self.archive
 
     @property
     def records(self) -> int:

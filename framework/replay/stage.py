@@ -16,9 +16,10 @@ Rows out (``Row``), one shape for every kind:
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -70,20 +71,30 @@ class StageOutput:
         self.rows: list[Row] = []
         self.out: list[tuple[str, int | None, bytes | None, bytes | None, int, Headers]] = []
         self.seq = 0
+        # where outputs go: written at once (``sink``, a Kafka backfill), kept for ``take_out``
+        # (``keep``, a Parquet backfill), or dropped; ``count`` of those written or kept
+        self.sink: Callable[..., None] | None = None
+        self.keep = False
+        self.count = 0
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
                 headers: Any = None, partition: int | None = None) -> None:
-        hdrs = list(headers) if headers else None
         sent = self.sent.get(topic)
         if sent is None:
             renamed = self.outputs.get(topic)
             if renamed is None:
                 raise PipelineError(f"a replay task wrote to {topic!r}, which is neither an output nor a repartition "
                                     "topic of a later stage")
-            self.out.append((renamed, partition, key, value, timestamp, hdrs))
+            if self.sink is not None:
+                self.sink(renamed, key, value, timestamp, headers, partition)
+                self.count += 1
+            elif self.keep:
+                self.out.append((renamed, partition, key, value, timestamp, list(headers) if headers else None))
+                self.count += 1
             return
         if partition is None:
             partition = partition_for(key, self.partitions) if key is not None else self.seq % self.partitions
+        hdrs = list(headers) if headers else None
         if key is None and value is None and hdrs:
             for name, raw in hdrs:
                 if name == WATERMARK_HEADER:
@@ -155,13 +166,19 @@ class StageTask:
         done = 0
         skip = self.writer.resume() if self.writer is not None else 0
         since_commit = 0
+        output = self.output
+        output.keep = self.keep_outputs
         for batch in _batches(chunks, self.plan.batch_size, self._carry):
+            # a batch an earlier attempt committed (batches end where commits fall) writes nothing
+            if self.write_outputs:
+                assert self.writer is not None
+                output.sink = self.writer.produce if done + len(batch) > skip else None
             self.runner.process(batch)
             self.runner.end_batch()
             done += len(batch)
             since_commit += len(batch)
-            yield from self.output.take_rows()
-            yield from self._outputs(write=done > skip)
+            yield from output.take_rows()
+            yield from self._outputs()
             if self.writer is not None and since_commit >= self.plan.commit_every and done > skip:
                 self.writer.commit(done)
                 since_commit = 0
@@ -173,21 +190,15 @@ class StageTask:
     def _carry(self, item: Carry) -> None:
         self.carried = self.runner.codec.decode(item.clock)
 
-    def _outputs(self, write: bool) -> Iterator[Row]:
-        out = self.output.take_out()
-        if self.write_outputs:
-            assert self.writer is not None
-            if write:
-                for topic, partition, key, value, ts, headers in out:
-                    self.writer.produce(topic, key, value, ts, headers, partition)
-                self.counts["outputs"] += len(out)
-                if self.fail_after is not None and self.counts["outputs"] >= self.fail_after:
-                    raise InjectedFault(f"fault injected into stage {self.stage} task {self.pid} after "
-                                        f"{self.counts['outputs']} outputs")
-        elif self.keep_outputs:
-            self.counts["outputs"] += len(out)
-            for topic, partition, key, value, ts, headers in out:
-                yield Row("out", self.pid, 0, 0, 0, topic, partition, key, value, ts, headers, None)
+    def _outputs(self) -> Iterator[Row]:
+        """After a batch: its outputs as ``out`` rows (a Parquet backfill); a Kafka backfill
+        wrote them while the batch ran."""
+        self.counts["outputs"] = self.output.count
+        if self.fail_after is not None and self.output.count >= self.fail_after:
+            raise InjectedFault(f"fault injected into stage {self.stage} task {self.pid} after "
+                                f"{self.output.count} outputs")
+        for topic, partition, key, value, ts, headers in self.output.take_out():
+            yield Row("out", self.pid, 0, 0, 0, topic, partition, key, value, ts, headers, None)
 
     def _finish(self, done: int, skip: int) -> Iterator[Row]:
         """The task clock goes on (or into the time store), the state into the changelogs."""
@@ -282,13 +293,32 @@ def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, i
 
 
 def merge_sources(by_topic: dict[str, list[Record]]) -> list[Record]:
-    """One task's records of several source topics in one order live processing could read
-    them in: each topic's in offset order, merged by the largest timestamp seen so far in
-    each (then topic, then offset), so that their watermarks advance together."""
-    keyed = []
-    for index, (topic, records) in enumerate(sorted(by_topic.items())):
+    """``merge_streams`` of lists in memory (the TestDriver's and ``run_locally``'s sources)."""
+    return [r for run in merge_streams({t: iter([rs]) for t, rs in by_topic.items()}) for r in run]
+
+
+def merge_streams(by_topic: dict[str, Iterator[list[Any]]], size: int = 5_000) -> Iterator[list[Any]]:
+    """One task's records of several source topics, each given in offset order as a stream
+    of lists, in one order live processing could read them in: merged by the largest
+    timestamp seen so far in each (then topic, then offset), so that their watermarks
+    advance together. Lists of up to ``size`` come out; one topic's pass through as they are."""
+    if len(by_topic) == 1:
+        yield from next(iter(by_topic.values()))
+        return
+
+    def keyed(index: int, runs: Iterator[list[Any]]) -> Iterator[tuple[tuple[int, int, int], Any]]:
         highest = NO_WATERMARK
-        for r in records:
-            highest = max(highest, r.timestamp()[1])
-            keyed.append(((highest, index, r.offset()), r))
-    return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]
+        for run in runs:
+            for r in run:
+                highest = max(highest, r.timestamp()[1])
+                yield (highest, index, r.offset()), r
+
+    merged = heapq.merge(*(keyed(i, by_topic[t]) for i, t in enumerate(sorted(by_topic))), key=lambda kr: kr[0])
+    out: list[Any] = []
+    for _, r in merged:
+        out.append(r)
+        if len(out) >= size:
+            yield out
+            out = []
+    if out:
+        yield out

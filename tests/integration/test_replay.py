@@ -40,14 +40,16 @@ from tests.integration.test_replay_parity import (
 )
 
 
-def test_a_retried_task_writes_nothing_twice(kafka_bootstrap: str, unique: str, tmp_path: Path,
+@pytest.mark.parametrize("reader", ["spark", "librdkafka"])
+def test_a_retried_task_writes_nothing_twice(reader: str, kafka_bootstrap: str, unique: str, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch,
                                              services: list[ServiceProcess]) -> None:
     """The first attempt of a task of each stage fails after it has committed some of its
     outputs (a commit every 10 records, batches of 5) and left others in an open transaction;
-    Spark runs the task again (local[2,4]: up to four attempts). A read_committed consumer
-    sees each output once: the live run's."""
-    case = Case("even_odd", even_odd)
+    Spark runs the task again (local[2,4]: up to four attempts), which reads its input again
+    (with ``librdkafka``, from Kafka itself). A read_committed consumer sees each output once:
+    the live run's."""
+    case = Case("even_odd", even_odd, reader=reader)
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
     live = results(kafka_bootstrap, pipeline)
@@ -106,14 +108,16 @@ def spark_cluster(tmp_path: Path) -> Iterator[str]:
                 proc.kill()
 
 
-def test_a_replay_on_a_standalone_cluster_equals_the_live_run(kafka_bootstrap: str, unique: str, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("reader", ["spark", "librdkafka"])
+def test_a_replay_on_a_standalone_cluster_equals_the_live_run(reader: str, kafka_bootstrap: str, unique: str,
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               services: list[ServiceProcess],
                                                               spark_cluster: str) -> None:
     """``fw replay --master spark://...``: the job, the framework, the service's package and
     its Avro schemas reach executors that are not the driver's process (the test's topic
-    suffix, which the pipeline reads from the environment, with spark.executorEnv)."""
-    case = Case("svc_sensors", sensors_service)
+    suffix, which the pipeline reads from the environment, with spark.executorEnv); with
+    ``--reader librdkafka`` the executors read Kafka themselves."""
+    case = Case("svc_sensors", sensors_service, reader=reader)
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
     live = results(kafka_bootstrap, pipeline)
@@ -214,8 +218,9 @@ def test_a_wrong_range_or_a_missing_tool_is_refused_in_one_line(kafka_bootstrap:
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 services: list[ServiceProcess]) -> None:
     """Refused before Spark starts, one line each, no traceback: a start below the log start
-    (records deleted), an end past the log end, an unknown topic, a bootstrap while the
-    service runs, no Maven to resolve Spark's Kafka connector, no Java."""
+    (records deleted), an end past the log end, an unknown topic, an archive with a reader
+    of Kafka, a bootstrap while the service runs, no Maven to resolve Spark's Kafka
+    connector, no Java."""
     case = Case("even_odd", even_odd)
     target = f"tests.integration.pipelines:{case.target}"
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
@@ -228,6 +233,8 @@ def test_a_wrong_range_or_a_missing_tool_is_refused_in_one_line(kafka_bootstrap:
              "--from")
     _refused(["replay", target, "--to", f"{topic}:1:100000", "--allow-nondeterministic"], env, f"{topic}[1]", "--to")
     _refused(["archive", f"nothing-here-{unique}", "--path", str(tmp_path / "a")], env, f"nothing-here-{unique}")
+    _refused(["replay", target, "--archive", str(tmp_path), "--reader", "librdkafka", "--dry-run",
+              "--allow-nondeterministic"], env, "--reader", "archive")
 
     svc = ServiceProcess(target, tmp_path, "0", env).start()
     services.append(svc)

@@ -15,7 +15,7 @@ from framework.kafka.offsets import parse_time
 from framework.pipeline import Pipeline, Topic
 from framework.replay.plan import (ReplayPlan, check_contract, definition_of, input_stages, stage_topics,
                                    store_stages)
-from framework.replay.stage import merge_sources, run_locally
+from framework.replay.stage import merge_sources, merge_streams, run_locally
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
 from framework import TumblingWindows
@@ -82,6 +82,19 @@ def test_merged_sources_keep_each_topics_order_and_advance_together() -> None:
     assert [o for t, o in merged if t == "b"] == [0, 1, 2, 3]
     # by the largest timestamp seen so far in each topic: a@0,a@1 (10), b@0 (20), b@1, b@2 (21), a@2 (30) ...
     assert merged == [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("b", 2), ("a", 2), ("a", 3), ("b", 3)]
+
+
+def test_merged_streams_give_the_same_order_in_lists_of_the_size_asked() -> None:
+    """What a task reading its partitions itself (``--reader librdkafka``) merges: each topic
+    a stream of lists, as they arrive; the order is ``merge_sources``' whatever the lists."""
+    a = [Record("a", 0, i, None, b"", ts) for i, ts in enumerate([10, 5, 30, 31, 31, 50, 2])]
+    b = [Record("b", 0, i, None, b"", ts) for i, ts in enumerate([20, 21, 1, 40, 41])]
+    runs = list(merge_streams({"a": iter([a[:2], a[2:3], a[3:]]), "b": iter([b[:1], b[1:]])}, size=4))
+    assert [len(r) for r in runs] == [4, 4, 4]
+    assert [(r.topic(), r.offset()) for run in runs for r in run] == [
+        (r.topic(), r.offset()) for r in merge_sources({"a": a, "b": b})]
+    one = [a[:2], a[2:]]
+    assert list(merge_streams({"a": iter(one)}, size=4)) == one  # one topic: its lists as they come
 
 
 def test_the_stages_in_process_give_the_test_drivers_results() -> None:
