@@ -308,11 +308,25 @@ def _replay_rows(e: dict) -> dict[str, list[dict]]:
     return by_w
 
 
-def _scaling(rows: list[dict]) -> tuple[dict, dict] | None:
-    """The one-core and the two-core replay of a workload (local[1] and local[2] by default)."""
-    one = next((r for r in rows if _cores(r) == 1), None)
-    two = next((r for r in rows if _cores(r) == 2), None)
-    return (one, two) if one and two else None
+def _reader(r: dict) -> str:
+    return r.get("reader", "spark")  # results from before --reader: Spark's Kafka source
+
+
+def _run_name(r: dict) -> str:
+    return f"`{r['master']}`, reader `{_reader(r)}`"
+
+
+def _scalings(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """Per reader, the one-core and the two-core replay of a workload (local[1] and local[2]
+    by default)."""
+    pairs = []
+    for reader in dict.fromkeys(map(_reader, rows)):
+        mine = [r for r in rows if _reader(r) == reader]
+        one = next((r for r in mine if _cores(r) == 1), None)
+        two = next((r for r in mine if _cores(r) == 2), None)
+        if one and two:
+            pairs.append((one, two))
+    return pairs
 
 
 PARTS = ("JVM (Spark)", "Python workers (the tasks)", "Python driver (job.py)", "fw replay command")
@@ -328,9 +342,9 @@ def _cpu_parts(e: dict) -> list[str]:
     parts = [p for p in PARTS if p in used] + sorted(used - set(PARTS))
     out = ["**CPU seconds per million records by part of the replay** (the whole command, start-up included; "
            "the JVM's busiest threads in the results file, `cpu_s_by_thread`)", "",
-           "| workload | master | " + " | ".join(parts) + " |", "|---|---|" + "---:|" * len(parts)]
+           "| workload | master, reader | " + " | ".join(parts) + " |", "|---|---|" + "---:|" * len(parts)]
     for r in rows:
-        out.append(f"| {r['workload']} | `{r['master']}` | "
+        out.append(f"| {r['workload']} | {_run_name(r)} | "
                    + " | ".join(_fmt(r["cpu_s_by_part"].get(p, 0) / n) for p in parts) + " |")
     return out + [""]
 
@@ -363,7 +377,8 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
         return []
     lines = [
         "## Replay on Spark", "",
-        "`fw replay benchmarks.apps.fw_app:pipeline --master <master> --output topic --output-suffix <unique>`, "
+        "`fw replay benchmarks.apps.fw_app:pipeline --master <master> --reader <reader> --output topic "
+        "--output-suffix <unique>`, "
         "Spark in local mode on the same machine as the broker, over the input topic the throughput phase of the "
         "same run read (same records, same sentinels), next to that run's live `fw-1` exactly-once. Each Kafka "
         "partition is a Spark task running the live service's task runner; its outputs are written exactly once "
@@ -382,8 +397,10 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
         "sampled from /proc (live: the measured span; replay: the whole command, in parentheses the job "
         "alone, from the Spark session being up to the `done` line).",
         "- *cores busy*: CPU seconds per wall second over the same span (live: the measured span; replay: the "
-        "job alone). A `local[1]` replay is more than one core: the JVM reads Kafka and converts to Arrow while "
-        "a Python worker runs the task, and Spark compiles and schedules on further threads.",
+        "job alone). A `local[1]` replay is more than one core: with reader `spark` the JVM reads Kafka and "
+        "converts to Arrow while a Python worker runs the task, and Spark compiles and schedules on further "
+        "threads; with reader `librdkafka` the task reads its partitions itself (the framework's Kafka client, "
+        "librdkafka's fetch threads beside the task) and the JVM only schedules.",
         "",
     ]
     for name, e in sources:
@@ -407,18 +424,17 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
                 lines.append(f"| live `fw-1`, exactly-once | {_fmt(lv.get('records_per_s'))} | "
                              f"{_fmt(lv.get('records_per_s'))} | {_fmt(lv.get('lag_zero_s'))} | "
                              f"{_fmt(lv.get('cpu_s_per_million'))} | {_busy(lv)} | {_check(lv)} |")
-            for r in sorted(rows, key=lambda r: masters.index(r["master"])):
+            for r in sorted(rows, key=lambda r: (_reader(r), masters.index(r["master"]))):
                 status = "" if r.get("status") == "ok" else f" ({r.get('status')})"
                 job_cpu = f" ({_fmt(r['job_cpu_s_per_million'])})" if r.get("job_cpu_s_per_million") else ""
-                lines.append(f"| replay `{r['master']}`{status} | {_fmt(r.get('job_records_per_s'))} | "
+                lines.append(f"| replay {_run_name(r)}{status} | {_fmt(r.get('job_records_per_s'))} | "
                              f"{_fmt(r.get('records_per_s_per_core'))} | {_fmt(r.get('wall_s'))} "
                              f"({_fmt(r.get('job_s'))}) | {_fmt(r.get('cpu_s_per_million'))}{job_cpu} | "
                              f"{_fmt(r.get('job_cores_busy'))} | {_check(r)} |")
-            pair = _scaling(rows)
-            if pair and _replay_ok(pair[0]) and _replay_ok(pair[1]):
-                one, two = pair
-                lines += ["", f"`{two['master']}` / `{one['master']}` = "
-                              f"{two['job_records_per_s'] / one['job_records_per_s']:.2f}× (job records/s)."]
+            for one, two in _scalings(rows):
+                if _replay_ok(one) and _replay_ok(two):
+                    lines += ["", f"Reader `{_reader(one)}`: `{two['master']}` / `{one['master']}` = "
+                                  f"{two['job_records_per_s'] / one['job_records_per_s']:.2f}× (job records/s)."]
             lines.append("")
         lines += _cpu_parts(e)
         lines += ["**Targets of the replay**", "", "| target | workload | where we stand | met? |", "|---|---|---|---|"]
@@ -426,25 +442,23 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
             lv = (live.get((w, "exactly_once", "fw-1")) or {}).get("records_per_s")
             for r in rows:
                 if not _replay_ok(r) or not lv:
-                    lines.append(f"| replay records/s per core ≥ live `fw-1`'s | {w} | `{r['master']}`: not measured "
+                    lines.append(f"| replay records/s per core ≥ live `fw-1`'s | {w} | {_run_name(r)}: not measured "
                                  f"({r.get('status') if r.get('status') != 'ok' else 'no live fw-1 exactly-once run'}) "
                                  "| – |")
                     continue
                 pc = r["records_per_s_per_core"]
                 met = pc >= lv and r.get("check", {}).get("ok") is True
-                lines.append(f"| replay records/s per core ≥ live `fw-1`'s | {w} | `{r['master']}` {pc:,} vs live "
+                lines.append(f"| replay records/s per core ≥ live `fw-1`'s | {w} | {_run_name(r)} {pc:,} vs live "
                              f"{lv:,} = {pc / lv:.0%}{'' if r.get('check', {}).get('ok') else ', output ✗'} | "
                              f"{'met' if met else 'not met'} |")
-            pair = _scaling(rows)
-            if pair and _replay_ok(pair[0]) and _replay_ok(pair[1]):
-                one, two = pair
-                ratio = two["job_records_per_s"] / one["job_records_per_s"]
-                lines.append(f"| `{two['master']}` ≥ {SCALING_TARGET}× `{one['master']}` | {w} | "
-                             f"{two['job_records_per_s']:,} vs {one['job_records_per_s']:,} = {ratio:.2f}× | "
-                             f"{'met' if ratio >= SCALING_TARGET else 'not met'} |")
-            elif pair:
-                lines.append(f"| `{pair[1]['master']}` ≥ {SCALING_TARGET}× `{pair[0]['master']}` | {w} | not measured "
-                             "(a replay did not finish) | – |")
+            for one, two in _scalings(rows):
+                name = f"`{two['master']}` ≥ {SCALING_TARGET}× `{one['master']}`, reader `{_reader(one)}`"
+                if _replay_ok(one) and _replay_ok(two):
+                    ratio = two["job_records_per_s"] / one["job_records_per_s"]
+                    lines.append(f"| {name} | {w} | {two['job_records_per_s']:,} vs {one['job_records_per_s']:,} = "
+                                 f"{ratio:.2f}× | {'met' if ratio >= SCALING_TARGET else 'not met'} |")
+                else:
+                    lines.append(f"| {name} | {w} | not measured (a replay did not finish) | – |")
         lines.append("")
         lines += _replay_profiles(e)
     return lines

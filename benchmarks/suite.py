@@ -15,7 +15,7 @@ Per run:
      (half the framework's best throughput for that workload and guarantee); a separate
      read_committed consumer notes when each output becomes visible;
   5. replay phase (``--phases ...,replay``): each workload replayed with ``fw replay`` on Spark
-     (each master of ``--replay-masters``) over the throughput phase's input topic, written
+     (each master of ``--replay-masters``, each reader of ``--replay-readers``) over the throughput phase's input topic, written
      exactly once to a fresh topic; wall time of the spark-submit, the job's own numbers, CPU
      of the process tree, and the output checked against the reference as above;
   6. results as JSON in benchmarks/results/, then docs/benchmarks.md and the plot.
@@ -732,12 +732,12 @@ def _replay_role(cmdline: str) -> str:
 
 
 def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: int,
-               expected: Counter, profile: bool = False) -> dict[str, Any]:
-    """``fw replay benchmarks.apps.fw_app:pipeline --master <master> --output topic`` over the
+               expected: Counter, profile: bool = False, reader: str = "spark") -> dict[str, Any]:
+    """``fw replay benchmarks.apps.fw_app:pipeline --master <master> --reader <reader> --output topic`` over the
     throughput phase's input topic: the wall time of the whole spark-submit, the job's own
     numbers from its output, CPU of the process tree (and by part: JVM, Python workers, ...),
     and the output checked. ``profile``: under ``py-spy record --subprocesses`` (not measured)."""
-    slug = master.replace("[", "").replace("]", "").replace("*", "all").replace(",", "-")
+    slug = master.replace("[", "").replace("]", "").replace("*", "all").replace(",", "-") + f"-{reader}"
     group, out_topic = _names(ctx, "rpprof" if profile else "rp", slug, workload, "exactly_once")
     create_topics(ctx.admin, [out_topic])  # `--output-suffix` creates <output><suffix> like <output>
     suffix = f"-replay-{uuid.uuid4().hex[:8]}"
@@ -747,7 +747,7 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
                        ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads)
     launcher = os.environ.get("BENCH_FW_LAUNCHER")
     cmd = ([PY, launcher] if launcher else [PY, "-m", "framework.cli"]) + [
-        "replay", "benchmarks.apps.fw_app:pipeline", "--master", master, "--output", "topic",
+        "replay", "benchmarks.apps.fw_app:pipeline", "--master", master, "--reader", reader, "--output", "topic",
         "--output-suffix", suffix]
     log_path = ctx.logs / f"{group}.log"
     logf = open(log_path, "w")
@@ -766,14 +766,14 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
     samples: list[tuple[float, float, int]] = []  # t, cpu, rss
     tail = ""
     try:
-        with open(log_path) as reader:
+        with open(log_path) as log_in:
             while True:
                 cpu, rss, _hwm = tree.sample()
                 now = time.monotonic() - t_launch
                 samples.append((now, cpu, rss))
                 if len(samples) % 5 == 0:
                     tree.sample_threads()
-                chunk = reader.read()
+                chunk = log_in.read()
                 if chunk:
                     tail = tail[-100:] + chunk  # a line may arrive in two reads
                     for event, needle in (("session", "[replay] Spark UI:"), ("stage0", "[replay] stage 0 ("),
@@ -807,7 +807,7 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
     cores = master_cores(master)
     job_rps = done.get("records/s")
     res: dict[str, Any] = {
-        "workload": workload, "master": master, "cores": cores, "records": total, "status": status,
+        "workload": workload, "master": master, "reader": reader, "cores": cores, "records": total, "status": status,
         "command": " ".join(["fw"] + cmd[cmd.index("replay"):]), "output_topic": written,
         "wall_s": round(wall, 2),
         "job_s": done.get("seconds"), "job_records_per_s": job_rps,
@@ -896,6 +896,8 @@ def main() -> None:
     ap.add_argument("--run-timeout", type=float, default=300)
     ap.add_argument("--replay-masters", default="local[1],local[2]",
                     help="replay phase: the Spark masters to replay each workload on")
+    ap.add_argument("--replay-readers", default="spark,librdkafka",
+                    help="replay phase: fw replay --reader values to run each master with")
     ap.add_argument("--replay-timeout", type=float, default=3600, help="replay phase: seconds per spark-submit")
     ap.add_argument("--replay-profile", action="store_true",
                     help="replay phase: replay each workload once more on the first master under py-spy "
@@ -916,6 +918,9 @@ def main() -> None:
     masters = [m for m in args.replay_masters.split(",") if m] if "replay" in args.phases.split(",") else []
     for m in masters:
         assert master_cores(m), f"--replay-masters: {m} is not local, local[N] or local[*]"
+    readers = [r for r in args.replay_readers.split(",") if r]
+    for r in readers:
+        assert r in ("spark", "librdkafka"), f"--replay-readers: {r} is not spark or librdkafka"
     run_id = time.strftime("%Y%m%d-%H%M%S")
     logs = RESULTS / "logs" / run_id
     logs.mkdir(parents=True, exist_ok=True)
@@ -927,7 +932,7 @@ def main() -> None:
                    "window_ms": WINDOW_MS, "watermark_bound_ms": BOUND_MS, "session_gap_ms": GAP_MS,
                    "kstreams_threads": args.ks_threads, "fw_processes_n": ctx.cores,
                    "latency_seconds": args.latency_seconds, "latency_warmup_s": args.latency_warmup,
-                   "replay_masters": masters},
+                   "replay_masters": masters, "replay_readers": readers},
         "systems": {s: SYSTEM_NAMES[s] for s in systems}, "workloads": {w: WORKLOADS[w] for w in workloads},
         "throughput": [], "latency": [], "profile": {},
     }
@@ -977,14 +982,15 @@ def main() -> None:
             if "replay" in phases:
                 for w in workloads:
                     expected = reference(w, events)
-                    for m in masters:
-                        log(f"replay {w} on {m} ...")
-                        r = replay_run(ctx, w, m, input_topic, total, expected)
-                        results["replay"].append(r)
-                        save()
-                        log(f"  -> job {r.get('job_records_per_s')} rec/s in {r.get('job_s')} s, wall {r['wall_s']} s, "
-                            f"cpu {r.get('cpu_s_per_million')} s/M, "
-                            f"check {'ok' if r['check']['ok'] else r['check']} [{r['status']}]")
+                    for reader in readers:
+                        for m in masters:
+                            log(f"replay {w} on {m}, reader {reader} ...")
+                            r = replay_run(ctx, w, m, input_topic, total, expected, reader=reader)
+                            results["replay"].append(r)
+                            save()
+                            log(f"  -> job {r.get('job_records_per_s')} rec/s in {r.get('job_s')} s, "
+                                f"wall {r['wall_s']} s, cpu {r.get('cpu_s_per_million')} s/M, "
+                                f"check {'ok' if r['check']['ok'] else r['check']} [{r['status']}]")
                     if args.replay_profile and masters:
                         log(f"replay {w} on {masters[0]} under py-spy ...")
                         r = replay_run(ctx, w, masters[0], input_topic, total, expected, profile=True)
