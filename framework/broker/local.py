@@ -493,17 +493,25 @@ def ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
+def free_ports(start: int, stop: int, count: int = 1) -> int:
+    """The first port ``p`` in ``range(start, stop, count)`` with ``p`` .. ``p + count - 1``
+    all free and outside the ephemeral range (see ``ephemeral_ports``)."""
+    ephemeral = ephemeral_ports()
+    for port in range(start, stop, count):
+        ports = range(port, port + count)
+        if any(p in ephemeral for p in ports):
+            continue
+        if all(port_free(p) for p in ports):
+            return port
+    what = "free port" if count == 1 else f"{count} free consecutive ports"
+    raise BrokerError(f"no {what} between {start} and {stop} on 127.0.0.1 outside the "
+                      f"ephemeral range {ephemeral.start}-{ephemeral.stop - 1}")
+
+
 def free_port_pair(start: int = 29192, stop: int = 29992) -> int:
     """The first even port in ``[start, stop)`` that is free together with the next one,
-    outside the ephemeral range (see ``ephemeral_ports``)."""
-    ephemeral = ephemeral_ports()
-    for port in range(start, stop, 2):
-        if port in ephemeral or port + 1 in ephemeral:
-            continue
-        if port_free(port) and port_free(port + 1):
-            return port
-    raise BrokerError(f"no two free consecutive ports between {start} and {stop} on 127.0.0.1 outside the "
-                      f"ephemeral range {ephemeral.start}-{ephemeral.stop - 1}")
+    outside the ephemeral range."""
+    return free_ports(start, stop, 2)
 
 
 def _cluster_id() -> str:

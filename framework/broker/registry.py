@@ -39,6 +39,7 @@ from pathlib import Path
 from framework.broker.local import (
     alive,
     ephemeral_ports,
+    free_ports,
     fw_home,
     log_since,
     port_free,
@@ -227,13 +228,7 @@ class LocalRegistry:
 
 def free_port(start: int = DEFAULT_PORT, count: int = 900) -> int:
     """The first free port in ``[start, start + count)`` outside the kernel's ephemeral range."""
-    ephemeral = ephemeral_ports()
-    stop = start + count
-    for port in range(start, stop):
-        if port not in ephemeral and port_free(port):
-            return port
-    raise BrokerError(f"no free port between {start} and {stop} on 127.0.0.1 outside the ephemeral range "
-                      f"{ephemeral.start}-{ephemeral.stop - 1}")
+    return free_ports(start, start + count)
 
 
 def _answers(url: str, timeout_s: float) -> bool:

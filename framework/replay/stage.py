@@ -152,6 +152,7 @@ class StageTask:
         next_topics = [t for t, s in stages.items() if s == stage + 1]
         outputs = {t: plan.renamed(t) for t in output_topics(pipeline)}
         self.output = StageOutput(next_topics, outputs, plan.partitions, pid)
+        self.output.keep = keep_outputs
         self.runner = TaskRunner(pipeline, MemoryBackend(), self.output, partitions=plan.partitions,
                                  now_ms=lambda: 0)
         self.task = self.runner.start(pid)
@@ -167,7 +168,6 @@ class StageTask:
         skip = self.writer.resume() if self.writer is not None else 0
         since_commit = 0
         output = self.output
-        output.keep = self.keep_outputs
         for batch in _batches(chunks, self.plan.batch_size, self._carry):
             # a batch an earlier attempt committed (batches end where commits fall) writes nothing
             if self.write_outputs:
@@ -182,7 +182,7 @@ class StageTask:
             if self.writer is not None and since_commit >= self.plan.commit_every and done > skip:
                 self.writer.commit(done)
                 since_commit = 0
-        self.counts["read"] = done
+        self.counts["read"], self.counts["outputs"] = done, output.count
         yield from self._finish(done, skip)
         metrics = {**self.runner.metrics(), **self.counts, "seconds": round(time.monotonic() - started, 3)}
         yield Row("stats", self.pid, self.stage, 0, 0, None, None, None, None, 0, None, json.dumps(metrics))
@@ -193,7 +193,6 @@ class StageTask:
     def _outputs(self) -> Iterator[Row]:
         """After a batch: its outputs as ``out`` rows (a Parquet backfill); a Kafka backfill
         wrote them while the batch ran."""
-        self.counts["outputs"] = self.output.count
         if self.fail_after is not None and self.output.count >= self.fail_after:
             raise InjectedFault(f"fault injected into stage {self.stage} task {self.pid} after "
                                 f"{self.output.count} outputs")
