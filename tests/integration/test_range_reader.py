@@ -7,7 +7,7 @@ open below ``end`` is an error that names the partition and what to do, not a ha
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 
 from framework.errors import KafkaClientError
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
@@ -78,3 +78,18 @@ def test_a_transaction_open_below_the_end_is_an_error_naming_it(kafka_bootstrap:
             list(read_range({"bootstrap.servers": kafka_bootstrap}, f"range-{unique}", topic, 0, 0, 4, stall_s=2))
     finally:
         producer.abort_transaction(30)
+
+
+def test_a_start_deleted_since_the_range_was_planned_is_an_error_naming_it(kafka_bootstrap: str,
+                                                                            unique: str) -> None:
+    topic = f"range-gone-{unique}"
+    admin = admin_client({"bootstrap.servers": kafka_bootstrap})
+    ensure_topics(admin, [TopicSpec(topic, 1)])
+    producer = _transactional(kafka_bootstrap, f"range-gone-{unique}")
+    _write(producer, topic, [b"v0", b"v1", b"v2", b"v3"], commit=True)    # offsets 0-3, marker 4
+    [done] = admin.delete_records([TopicPartition(topic, 0, 2)]).values()  # what retention does
+    done.result(30)
+    with pytest.raises(KafkaClientError, match=rf"reading {topic}\[0\]: offset 0 is no longer in the log \(the log "
+                                               r"starts at 2 now\).*Fix: replay again with --from"):
+        _read(kafka_bootstrap, unique, topic, 0, 5)
+    assert [m.offset() for run in _read(kafka_bootstrap, unique, topic, 2, 5) for m in run] == [2, 3]
