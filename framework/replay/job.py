@@ -342,7 +342,7 @@ class _Progress(threading.Thread):
                 self.counts[task] = max(self.counts.get(task, 0), int(count))
             except (OSError, ValueError):
                 pass
-            if time.monotonic() - last_line >= self.every_s:
+            if time.monotonic() - last_line >= self.every_s and not self.done.is_set():  # none after the stage's line
                 last_line = time.monotonic()
                 seconds = last_line - self.started
                 n = self.records()

@@ -142,11 +142,20 @@ def _add_module(z: zipfile.ZipFile, source: Path, arcname: str, pyc: Path) -> No
         z.write(pyc, arcname + "c")
 
 
+# In local mode the driver's JVM is the executor too. Its JIT compilers (C2) took 5-8 CPU s
+# of every 1,000,000-record replay on two cores, compiling code that runs for seconds; with
+# C1 alone a replay used about a third less CPU and ran as fast or faster (docs/benchmarks.md,
+# "Replay on Spark"). A cluster's executors are other JVMs, long-lived: left to their default.
+LOCAL_JIT = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
+
+
 def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs: list[str], name: str,
             mode: str = "replay") -> list[str]:
     cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--name", name,
            "--conf", "spark.log.level=WARN", "--conf", f"spark.pyspark.python={sys.executable}",
            "--conf", "spark.ui.showConsoleProgress=false"]
+    if master.startswith("local") and not any(c.startswith("spark.driver.extraJavaOptions=") for c in confs):
+        cmd += ["--conf", LOCAL_JIT]
     for conf in confs:
         cmd += ["--conf", conf]
     cmd += ["--jars", ",".join(str(j) for j in jars), "--py-files", str(deps), str(JOB), str(plan_path), mode]

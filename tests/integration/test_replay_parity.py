@@ -203,9 +203,6 @@ CASES = [
     Case("upgrade_v2", upgrade_v2, reader=LIBRDKAFKA),  # two sources merged in each task
     Case("chain_upstream", chain), Case("chain_downstream", chain, upstream="chain_upstream", reader=LIBRDKAFKA),
 ]
-# Spark's C1 compiler only: a test's replay is too short for C2 to pay for itself (about 4 s
-# less per replay on two cores); the results do not depend on it.
-QUICK_JIT = ["--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"]
 
 
 def prepare(case: Case, bootstrap: str, suffix: str, monkeypatch: pytest.MonkeyPatch,
@@ -251,7 +248,7 @@ def run_live(case: Case, bootstrap: str, pipeline: Pipeline, env: dict[str, str]
 def replay(case: Case, env: dict[str, str], *args: str, master: str = "local[2]") -> str:
     """``fw replay`` of the case's pipeline with ``args`` and its reader; its output (it must succeed)."""
     done = fw_replay(["replay", f"tests.integration.pipelines:{case.target}", "--allow-nondeterministic",
-                      "--reader", case.reader, "--master", master, *QUICK_JIT, *args], env)
+                      "--reader", case.reader, "--master", master, *args], env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "[replay] done:" in done.stdout
     return done.stdout + done.stderr

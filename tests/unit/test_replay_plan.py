@@ -1,6 +1,7 @@
 """The replay's planning and its stage logic without Spark or a broker: stages per repartition
 hop, the contract check, the plan as JSON, range times, the order of merged sources, and
-the stages run in-process (``run_locally``) against the TestDriver on the same records."""
+the stages run in-process (``run_locally``) against the TestDriver on the same records, and
+the spark-submit command."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from framework.pipeline import Pipeline, Topic
 from framework.replay.plan import (ReplayPlan, check_contract, definition_of, input_stages, stage_topics,
                                    store_stages)
 from framework.replay.stage import merge_sources, merge_streams, run_locally
+from framework.replay.submit import LOCAL_JIT, command
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
 from framework import TumblingWindows
@@ -167,3 +169,23 @@ def test_arrow_batches_become_runs_of_records_per_task_with_their_headers_and_cl
         (b"a", 7, list(headers)), (b"b", 8, None)]
     assert clock == Carry(b"clock")
     assert isinstance(last, list) and [(r.key(), r.value()) for r in last] == [(b"c", b"3")]
+
+
+def _confs(cmd: list[str]) -> list[str]:
+    return [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
+
+
+@pytest.mark.parametrize("master", ["local[*]", "local[2]", "local[2,3]"])
+def test_a_local_replay_compiles_with_c1_unless_told_otherwise(master: str, tmp_path) -> None:
+    def cmd(*confs: str) -> list[str]:
+        return command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master=master, confs=list(confs), name="x")
+
+    assert LOCAL_JIT in _confs(cmd())
+    own = "spark.driver.extraJavaOptions=-Xss4m"
+    assert _confs(cmd(own)).count(own) == 1 and LOCAL_JIT not in _confs(cmd(own))
+
+
+def test_a_cluster_replay_keeps_the_jvms_own_compilers(tmp_path) -> None:
+    cmd = command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master="spark://127.0.0.1:7077", confs=[],
+                  name="x")
+    assert LOCAL_JIT not in _confs(cmd)
