@@ -492,6 +492,26 @@ _CLASSIC_ONLY = {
 }
 
 
+def reader_settings(settings: Mapping[str, Any], group: str, *, fetch_wait_ms: int,
+                    offset_reset: str) -> dict[str, Any]:
+    """A reader that is assigned its partitions and reads them to an end (a restore, a standby
+    copy, a replay's range): read_committed, never in a group, nothing committed, the end of
+    each partition reported. ``offset_reset``: where a start no longer in the log goes
+    (``earliest``, or ``error`` to be told)."""
+    return {
+        "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
+        "enable.partition.eof": True, "auto.offset.reset": offset_reset, "logger": CLIENT_LOG,
+        "fetch.wait.max.ms": fetch_wait_ms,
+        # A partition read as fast as its records are applied: with librdkafka's defaults it
+        # stops fetching while 100,000 messages wait and then waits fetch.queue.backoff.ms
+        # (1 s) before it fetches again. One partition of 254,304 records: a replay task's
+        # read took 1.6 s instead of 0.6 s, a restore's 1.2 s instead of 0.2 s. The memory
+        # it may hold stays bounded by queued.max.messages.kbytes (64 MB per reader).
+        "queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 10,
+        **settings,
+    }
+
+
 class ChangelogReader:
     """Reads changelog partitions (read_committed) for restores; never joins a group."""
 
@@ -499,12 +519,7 @@ class ChangelogReader:
         """``fetch_wait_ms``: how long the broker holds a fetch that finds nothing new. A
         restore reads to the end once, and the end is seen only on a fetch that finds nothing
         (one that skips a commit marker does not say so): keep it short there."""
-        conf: dict[str, Any] = {
-            "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
-            "enable.partition.eof": True, "auto.offset.reset": "earliest", "logger": CLIENT_LOG,
-            "fetch.wait.max.ms": fetch_wait_ms,
-        }
-        conf.update(settings)
+        conf = reader_settings(settings, group, fetch_wait_ms=fetch_wait_ms, offset_reset="earliest")
         self._c = Consumer(conf)
         self._assigned: set[TP] = set()
         self._conf = conf
@@ -587,17 +602,7 @@ def read_range(settings: Mapping[str, Any], group: str, topic: str, partition: i
     transaction left open below ``end``) are errors naming the partition and the fix."""
     if start >= end:
         return
-    conf: dict[str, Any] = {
-        "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
-        "enable.partition.eof": True, "auto.offset.reset": "error", "logger": CLIENT_LOG, "fetch.wait.max.ms": 20,
-        # One partition read as fast as a task takes it: librdkafka stops fetching while
-        # ``queued.min.messages`` wait and then waits ``fetch.queue.backoff.ms`` (1 s by
-        # default) before it fetches again, which left a task idle half of the time (measured:
-        # 254,304 records read in 1.6 s with the defaults, in 0.6 s with these).
-        "queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 10,
-    }
-    conf.update(settings)
-    consumer = Consumer(conf)
+    consumer = Consumer(reader_settings(settings, group, fetch_wait_ms=20, offset_reset="error"))
     consume = consumer.consume
     where = f"{topic}[{partition}]"
     try:
