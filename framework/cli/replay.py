@@ -12,13 +12,13 @@ from pathlib import Path
 import click
 
 from framework.cli.run import load_pipeline
-from framework.config import Config
+from framework.config import Config, is_secret
 from framework.errors import ConfigError
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
 from framework.kafka.offsets import resolve_ranges
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
 from framework.replay.submit import cache_dir, command, connector_jars, environment, package
-from framework.runtime.topics import ensure_service_topics
+from framework.runtime.topics import ensure_service_topics, producer_max_bytes, written_limits
 
 _RANGE_HELP = ("earliest, latest, committed (the service group's offsets), a time (ISO 8601 or ms since the epoch) "
                "or topic:partition:offset[,...]")
@@ -33,7 +33,8 @@ def _spark_options(f):  # type: ignore[no-untyped-def]
     return f
 
 
-def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str, ...], dry_run: bool) -> None:
+def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str, ...], dry_run: bool,
+         config_file: str | None) -> None:
     for conf in confs:
         if "=" not in conf:
             raise click.BadParameter(f"{conf!r} is not K=V", param_hint="--conf")
@@ -48,6 +49,8 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
         click.echo(shlex.join(cmd))
         return
     env = environment()
+    if config_file:  # the job's driver and (in local mode) executors read the same file as this command
+        env["FW_CONFIG"] = str(Path(config_file).resolve())
     click.echo(f"[replay] {mode} of {plan.records:,} records on {master} (run {plan.run_id})")
     sys.exit(subprocess.run(cmd, env=env).returncode)
 
@@ -97,7 +100,9 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     settings = config.kafka.client_settings()
     sources = [s.topic.name for s in pipeline.sources()]
     ranges = {} if archive else resolve_ranges(settings, sources, start, end, group=pipeline.name)
-    partitions = ensure_service_topics(pipeline, settings)  # its internal topics (markers, changelogs)
+    max_bytes = producer_max_bytes(config)
+    # its internal topics (markers, changelogs), made as the live service makes them
+    partitions = ensure_service_topics(pipeline, settings, max_message_bytes=max_bytes)
     if bootstrap:
         from framework.replay.handover import refuse_if_running
 
@@ -105,15 +110,21 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     if output == "topic" and output_suffix:
         admin = admin_client(settings)
         counts = topic_partitions(admin, output_topics(pipeline))
-        ensure_topics(admin, [TopicSpec(f"{t}{output_suffix}", n) for t, n in counts.items()])
+        limit = {} if max_bytes is None else {"max.message.bytes": str(max_bytes)}
+        ensure_topics(admin, [TopicSpec(f"{t}{output_suffix}", n, limit) for t, n in counts.items()])
+    written = [f"{t}{output_suffix}" for t in output_topics(pipeline)] if output == "topic" else []
+    written += [pipeline.changelog_topic(s) for s in pipeline.store_names()] if bootstrap else []
+    limits = {t: [lim.before_ms, lim.after_ms] for t, lim in written_limits(written, settings, max_bytes).items()
+              if (lim.before_ms, lim.after_ms) != (None, None)}
     plan = ReplayPlan(target=target, service=pipeline.name, run_id=uuid.uuid4().hex[:10],
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=partitions, ranges=ranges,
                       stages=stage_topics(pipeline), output=output, output_suffix=output_suffix, bootstrap=bootstrap,
                       archive=str(Path(archive).resolve()) if archive else None,
                       allow_nondeterministic=allow_nondeterministic, commit_every=commit_every, batch_size=batch_size,
                       changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()],
-                      definition=definition_of(pipeline), reader=reader)
-    _run(plan, target, "replay", master, confs, dry_run)
+                      definition=definition_of(pipeline), reader=reader, limits=limits,
+                      producer={k: v for k, v in config.kafka.producer.items() if not is_secret(k)})
+    _run(plan, target, "replay", master, confs, dry_run, config_file)
 
 
 @click.command()
@@ -134,4 +145,4 @@ def archive(topics: tuple[str, ...], path: str, start: str, end: str, master: st
     plan = ReplayPlan(target="", service="archive", run_id=uuid.uuid4().hex[:10],
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=0, ranges=ranges, stages=[],
                       output=f"parquet:{Path(path).resolve()}")
-    _run(plan, "framework", "archive", master, confs, dry_run)
+    _run(plan, "framework", "archive", master, confs, dry_run, config_file)

@@ -27,7 +27,10 @@ def refuse_if_running(settings: Mapping[str, Any], group: str) -> None:
 
 def prepare_bootstrap(settings: Mapping[str, Any], plan: ReplayPlan) -> None:
     refuse_if_running(settings, plan.service)
-    recreate_topics(settings, {t: (plan.partitions, {"cleanup.policy": "compact"}) for t in plan.changelogs})
+    config = {"cleanup.policy": "compact"}  # as the live service creates its changelogs
+    if plan.producer.get("message.max.bytes"):
+        config["max.message.bytes"] = plan.producer["message.max.bytes"]
+    recreate_topics(settings, {t: (plan.partitions, config) for t in plan.changelogs})
 
 
 def commit_handover(settings: Mapping[str, Any], plan: ReplayPlan) -> dict[tuple[str, int], int]:

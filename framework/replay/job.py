@@ -252,7 +252,8 @@ def _writer(plan: ReplayPlan, stage: int, pid: int) -> Any:
     from framework.kafka.writer import ResumableWriter
 
     return ResumableWriter(_kafka_settings(plan), f"{plan.service}-replay-{plan.run_id}-{stage}-{pid}",
-                           f"{plan.service}-replay-{plan.run_id}", (plan.stages[stage][0], pid))
+                           f"{plan.service}-replay-{plan.run_id}", (plan.stages[stage][0], pid),
+                           producer=plan.producer, limits={t: (b, a) for t, (b, a) in plan.limits.items()})
 
 
 # -- the driver ----------------------------------------------------------------------------

@@ -122,7 +122,9 @@ class ReplayPlan:
 
     ``ranges``: per source topic, per partition, ``[start, end)`` offsets. ``output``:
     ``"topic"``, ``"parquet:<path>"`` or ``"none"``. Connection settings that are secrets never
-    go into the plan: the job reads them from the environment (``FW_KAFKA_SECURITY__*``).
+    go into the plan: the job reads them from the environment (``FW_KAFKA_SECURITY__*``). The
+    tasks' writers produce as the live service does: with its producer settings, refusing
+    what a topic would refuse (``limits``: the timestamps each topic written accepts).
     """
 
     target: str
@@ -142,6 +144,8 @@ class ReplayPlan:
     changelogs: list[str] = field(default_factory=list)  # the service's, created anew by a bootstrap
     definition: str = ""  # the pipeline as fw replay imported it: executors must import the same
     reader: str = "spark"  # how stage 0 reads the topics: "spark" (its Kafka source) or "librdkafka" (the tasks)
+    producer: dict[str, str] = field(default_factory=dict)  # the service's kafka.producer settings (no secrets)
+    limits: dict[str, list[int | None]] = field(default_factory=dict)  # topic -> [before, after] ms it accepts
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

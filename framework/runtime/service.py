@@ -38,7 +38,7 @@ from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.faults import crash_point
 from framework.runtime.restore import Restorer
 from framework.runtime.standby import Standby
-from framework.runtime.topics import ensure_service_topics, output_limits
+from framework.runtime.topics import ensure_service_topics, output_limits, producer_max_bytes
 from framework.state.rocksdb import RocksDBBackend
 
 log = logging.getLogger("framework.runtime")
@@ -130,7 +130,7 @@ class Service:
     def _run(self, until: Callable[[Service], bool] | None, cfg: Config, settings: dict[str, str],
              client_id: str | None) -> None:
         wait_for_cluster(settings, cfg.kafka.connect_timeout_ms / 1000)
-        max_bytes = _message_max_bytes(cfg)
+        max_bytes = producer_max_bytes(cfg)
         self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics,
                                                 max_message_bytes=max_bytes)
         missing = missing_grants(settings, self.pipeline)
@@ -341,15 +341,6 @@ def _warn_about_generated_names(pipeline: Pipeline) -> None:
         log.warning("steps %s keep state or a repartition topic under a generated name, which changes when "
                     "steps are added before them (their state would then belong to other steps): give them "
                     "name=... (see docs/writing-a-service.md)", generated)
-
-
-def _message_max_bytes(cfg: Config) -> int | None:
-    """The producer's ``message.max.bytes`` when set (librdkafka itself reports a bad value)."""
-    value = cfg.kafka.producer.get("message.max.bytes")
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
 
 
 def _counters(metrics: dict[str, int]) -> str:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from framework.config import Config
 from framework.errors import PipelineError, RuntimeProblem
 from framework.kafka.admin import (
     TopicLimits,
@@ -72,14 +73,29 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
 def output_limits(pipeline: Pipeline, settings: Mapping[str, Any],
                   max_message_bytes: int | None = None) -> dict[str, TopicLimits]:
     """What each topic the service writes to accepts (``TopicLimits``): the producer
-    refuses what a topic would, as that record's error. With ``max_message_bytes`` (the
-    producer's ``message.max.bytes``, when set), a topic with a smaller ``max.message.bytes``
-    stops the start: the broker would refuse every record between the two limits, and each
-    checkpoint holding one would abort."""
-    names = list(dict.fromkeys([*(t for t in pipeline.input_topics() if t not in _sources(pipeline)),
-                                *(pipeline.changelog_topic(store) for store in pipeline.store_names()),
-                                *(t.name for t in pipeline.sink_topics()), pipeline.dead_letter.name]))
-    limits, unknown = topic_limits(admin_client(settings), names)
+    refuses what a topic would, as that record's error (``written_limits``)."""
+    names = [*(t for t in pipeline.input_topics() if t not in _sources(pipeline)),
+             *(pipeline.changelog_topic(store) for store in pipeline.store_names()),
+             *(t.name for t in pipeline.sink_topics()), pipeline.dead_letter.name]
+    return written_limits(names, settings, max_message_bytes)
+
+
+def producer_max_bytes(cfg: Config) -> int | None:
+    """The producer's ``message.max.bytes`` when set (librdkafka itself reports a bad value)."""
+    value = cfg.kafka.producer.get("message.max.bytes")
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def written_limits(names: Iterable[str], settings: Mapping[str, Any],
+                   max_message_bytes: int | None = None) -> dict[str, TopicLimits]:
+    """What each of the topics ``names`` accepts. With ``max_message_bytes`` (the producer's
+    ``message.max.bytes``, when set), a topic with a smaller ``max.message.bytes`` is an error:
+    the broker would refuse every record between the two limits, and each transaction holding
+    one would abort."""
+    limits, unknown = topic_limits(admin_client(settings), list(dict.fromkeys(names)))
     if unknown:
         log.warning("cannot read the limits of topics %s (%s): an output record they refuse (too large, or a "
                     "timestamp too far from now) aborts the checkpoints that hold it", sorted(unknown),

@@ -68,7 +68,7 @@ from tests.integration.harness import (
     wait_until,
 )
 from tests.integration.pipelines import hostile_serdes
-from tests.integration.replay_harness import contract
+from tests.integration.replay_harness import contract, fw_replay
 
 T0 = 1_700_000_000_000  # event times of valid records start here
 WORDS = ["a", "b", "sensor-1", "card-7", "#kafka", "#Kafka!", "é", ""]
@@ -686,6 +686,9 @@ def test_records_the_broker_would_refuse_are_processed_with_raised_limits_or_dea
     for suffix, svc in ((d, defaults), (r, raised)):
         monkeypatch.setenv("FW_TEST_SUFFIX", suffix)
         finish(Run("refused_echo", refused_echo(), svc, {}), kafka_bootstrap)
+    # A backfill on Spark decides as the live runs did: each with its producer settings
+    replayed = {suffix: _replay_refused(kafka_bootstrap, suffix, env) for suffix, env in
+                ((d, {}), (r, {"FW_KAFKA_PRODUCER__MESSAGE_MAX_BYTES": str(LIMIT)}))}
 
     # Defaults: what fits is processed. The 10 MB records are dead letters that say why, without
     # their bytes, which do not fit the dead-letter topic either; the output two hours ahead is
@@ -716,5 +719,31 @@ def test_records_the_broker_would_refuse_are_processed_with_raised_limits_or_dea
     letter, h = letters[(f"rf-json-in-{r}", 0)]
     assert (letter.key, letter.value, h["fw.error.type"]) == (b"k", junk, junk_error.encode()), h
     configs = admin.describe_configs([ConfigResource(ResourceType.TOPIC, t)
-                                      for t in (f"rf-{r}-dead-letter", f"rf-bytes-out-{r}")])
+                                      for t in (f"rf-{r}-dead-letter", f"rf-bytes-out-{r}", f"rf-{r}-dead-letter-rp",
+                                                f"rf-bytes-out-{r}-rp")])
     assert all(f.result()["max.message.bytes"].value == str(LIMIT) for f in configs.values())
+
+    for suffix in (d, r):  # the backfills wrote what the live runs wrote, and refused what they refused
+        assert replayed[suffix] == _refusals(kafka_bootstrap, suffix, ""), suffix
+
+
+def _replay_refused(bootstrap: str, suffix: str, env: dict[str, str]) -> tuple[Any, ...]:
+    """``fw replay`` of ``refused_echo`` under ``suffix`` to its topics renamed ``-rp``: what
+    it wrote (``_refusals``)."""
+    done = fw_replay(["replay", "tests.integration.pipelines:refused_echo", "--output", "topic", "--output-suffix",
+                      "-rp", "--reader", "librdkafka", "--master", "local[1]"],
+                     {**service_env(bootstrap, suffix), **env})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return _refusals(bootstrap, suffix, "-rp")
+
+
+def _refusals(bootstrap: str, suffix: str, renamed: str) -> tuple[Any, ...]:
+    """The outputs of the refused echo under ``suffix`` (topics renamed by ``renamed``), and its
+    dead letters by source record: their key, value, step, error type and what they left out
+    (not why: that names the topics, renamed or not)."""
+    out = read_all(bootstrap, [f"rf-bytes-out-{suffix}{renamed}", f"rf-json-out-{suffix}{renamed}"])
+    letters = {where: (letter.key, letter.value, h["fw.step"], h["fw.error.type"],
+                       (h.get("fw.omitted") or b"").partition(b": the record for")[0])
+               for where, (letter, h) in _letters(bootstrap, f"rf-{suffix}-dead-letter{renamed}").items()}
+    return [x.value for x in out[f"rf-bytes-out-{suffix}{renamed}"]], \
+        [x.value for x in out[f"rf-json-out-{suffix}{renamed}"]], letters
