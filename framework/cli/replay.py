@@ -15,6 +15,7 @@ from framework.cli.run import load_pipeline
 from framework.config import Config, is_secret
 from framework.errors import ConfigError
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
+from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
 from framework.replay.submit import cache_dir, command, connector_jars, environment, package
@@ -95,6 +96,8 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
         raise click.UsageError(f"replay cannot reproduce what {target} computes:\n{lines}\nPass "
                                "--allow-nondeterministic to replay it anyway (what it reproduces: docs/replay.md)")
     store_stages(pipeline)  # refuses a step fed by several stages
+    if reader == "spark":  # the Java client must be able to take the security settings
+        java_security(config.kafka.security, "fw replay --reader spark")
     if not dry_run:
         environment()  # Java and Spark: a missing one is said before any work on the cluster
     settings = config.kafka.client_settings()
@@ -140,6 +143,7 @@ def archive(topics: tuple[str, ...], path: str, start: str, end: str, master: st
     if Path(path).exists():
         raise ConfigError(f"--path {path} exists already: choose a new directory")
     config = Config.load(Path(config_file) if config_file else None)
+    java_security(config.kafka.security, "fw archive")
     settings = config.kafka.client_settings()
     ranges = resolve_ranges(settings, topics, start, end, group="fw-archive")
     plan = ReplayPlan(target="", service="archive", run_id=uuid.uuid4().hex[:10],

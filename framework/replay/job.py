@@ -261,10 +261,15 @@ def _writer(plan: ReplayPlan, stage: int, pid: int) -> Any:
 
 def _kafka_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
     """The plan's source ranges from Spark's Kafka batch source: committed records only,
-    headers included, one Spark partition per Kafka partition."""
+    headers included, one Spark partition per Kafka partition; the cluster's security settings
+    (this environment's, as the tasks') as the Java client takes them."""
+    from framework.kafka.java import java_security
+
     starts = {t: {str(p): r[0] for p, r in parts.items()} for t, parts in plan.ranges.items()}
     ends = {t: {str(p): r[1] for p, r in parts.items()} for t, parts in plan.ranges.items()}
-    return (spark.read.format("kafka").option("kafka.bootstrap.servers", plan.bootstrap_servers)
+    security = java_security(Config.load().kafka.security, "Spark's Kafka source")
+    return (spark.read.format("kafka").options(**{f"kafka.{k}": v for k, v in security.items()})
+            .option("kafka.bootstrap.servers", plan.bootstrap_servers)
             .option("assign", json.dumps({t: sorted(parts) for t, parts in plan.ranges.items()}))
             .option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
             .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())

@@ -1,7 +1,8 @@
 """A secured cluster for real: the local broker with SASL/SCRAM-SHA-512 over TLS, the KRaft
 standard authorizer and ACLs (``fw broker start --security sasl_ssl``).
 
-A service whose principal has the grants ``fw acls --grant`` creates runs exactly once; a
+A service whose principal has the grants ``fw acls --grant`` creates runs exactly once, and a
+backfill on Spark over the same cluster writes what it wrote; a
 wrong password, a missing Write on its output topic and a missing transactional-id grant each
 stop it at once with one line naming the principal, the resource and the fix. The passwords
 appear nowhere: not in the service's log, not in fw's output, not in the error line.
@@ -129,6 +130,16 @@ def test_a_granted_service_runs_exactly_once_over_sasl_ssl(secured: LocalBroker,
     assert sums == {b"even": sum(range(0, N, 2)), b"odd": sum(range(1, N, 2))}
     assert password not in svc.log_text()
     assert password not in granted.stdout + granted.stderr
+
+    # A backfill on Spark over the same cluster: Spark's Kafka source (the Java client) and the
+    # tasks' producers (librdkafka) both reach it with the settings of kafka.security.
+    replayed = _fw(admin_env, "replay", TARGET, "--allow-nondeterministic", "--reader", "spark", "--master",
+                   "local[1]", "--output", "topic", "--output-suffix", "-rp", timeout_s=600)
+    assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
+    assert sorted(json.loads(v) for _, v in _read_committed(admin, f"seen-{unique}-rp")) == list(range(N))
+    replayed_sums = {k: json.loads(v) for k, v in _read_committed(admin, f"sums-{unique}-rp")}
+    assert replayed_sums == sums
+    assert secured.client_settings()["sasl.password"] not in replayed.stdout + replayed.stderr
 
 
 def test_a_wrong_password_stops_the_service_with_one_line(secured: LocalBroker, unique: str, tmp_path: Path) -> None:
