@@ -812,6 +812,10 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
         "wall_s": round(wall, 2),
         "job_s": done.get("seconds"), "job_records_per_s": job_rps,
         "records_per_s_per_core": round(job_rps / cores) if job_rps and cores else None,
+        # the tasks alone: from the first task's start to the last one's end (Spark's job start
+        # and task launches left out, as the live rate leaves out the service's start)
+        "processing_s": done.get("processing seconds"),
+        "processing_records_per_s": done.get("records/s while processing"),
         "wall_records_per_s": round(total / wall) if status == "ok" and wall else None,
         "startup_s": round(marks["session"][0], 2) if "session" in marks else None,
         "cpu_s_total": round(cpu_total, 2) if cpu_total is not None else None,

@@ -11,7 +11,7 @@ Rows out (``Row``), one shape for every kind:
 - ``out``: an output record (parquet backfill; a Kafka backfill writes them itself);
 - ``clock``: the task clock handed to the next stage, which merges it into its own (the time
   store is one entry per task, written by the last stage);
-- ``stats``: the task's counters, as JSON.
+- ``stats``: the task's counters and times, as JSON.
 """
 
 from __future__ import annotations
@@ -162,8 +162,9 @@ class StageTask:
     def run(self, chunks: Iterable[list[Record] | Carry]) -> Iterator[Row]:
         """Process everything (records in the order they come, in lists of any length, and
         the previous stage's clock), yielding rows as batches finish; the last rows are the
-        clock (or, at a bootstrap, nothing: the state went to the changelogs) and the stats."""
-        started = time.monotonic()
+        clock (or, at a bootstrap, nothing: the state went to the changelogs) and the stats
+        (the counters, the seconds it took, and when it began and ended: epoch ms)."""
+        started, began = time.monotonic(), time.time_ns() // 1_000_000
         done = 0
         skip = self.writer.resume() if self.writer is not None else 0
         since_commit = 0
@@ -184,7 +185,8 @@ class StageTask:
                 since_commit = 0
         self.counts["read"], self.counts["outputs"] = done, output.count
         yield from self._finish(done, skip)
-        metrics = {**self.runner.metrics(), **self.counts, "seconds": round(time.monotonic() - started, 3)}
+        metrics = {**self.runner.metrics(), **self.counts, "seconds": round(time.monotonic() - started, 3),
+                   "began_ms": began, "ended_ms": time.time_ns() // 1_000_000}
         yield Row("stats", self.pid, self.stage, 0, 0, None, None, None, None, 0, None, json.dumps(metrics))
 
     def _carry(self, item: Carry) -> None:

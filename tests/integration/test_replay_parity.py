@@ -250,7 +250,8 @@ def replay(case: Case, env: dict[str, str], *args: str, master: str = "local[2]"
     done = fw_replay(["replay", f"tests.integration.pipelines:{case.target}", "--allow-nondeterministic",
                       "--reader", case.reader, "--master", master, *args], env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    assert "[replay] done:" in done.stdout
+    [summary] = [line for line in done.stdout.splitlines() if line.startswith("[replay] done:")]
+    assert "records read" in summary and "records/s while processing" in summary, summary
     return done.stdout + done.stderr
 
 
