@@ -322,7 +322,7 @@ def main() -> None:
     ap.add_argument("--drain-timeout", type=float, default=90.0)
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="an environment variable for every member (e.g. FW_KAFKA__TRANSACTION_TIMEOUT_MS=15000)")
-    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:39092")
+    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
     ap.add_argument("--label", default="failover")
     args = ap.parse_args()
     names = [s for s in args.scenarios.split(",") if s]

@@ -36,7 +36,7 @@ def cpu() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=300_000)
-    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:39092")
+    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
     args = ap.parse_args()
     n = args.records
     topic = f"bench-micro-{uuid.uuid4().hex[:6]}"

@@ -228,7 +228,7 @@ def main() -> None:
     ap.add_argument("--after", type=float, default=2.0)
     ap.add_argument("--timeout", type=float, default=150.0)
     ap.add_argument("--drain-timeout", type=float, default=120.0)
-    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:39092")
+    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
     args = ap.parse_args()
     names = [s for s in args.scenarios.split(",") if s]
     run_id = time.strftime("%Y%m%d-%H%M%S")

@@ -907,7 +907,7 @@ def main() -> None:
                     help="replay phase: replay each workload once more on the first master under py-spy "
                          "(--subprocesses: the Python workers and the driver), top functions into the results")
     ap.add_argument("--profile", action="store_true", help="also profile the framework (1 process) with py-spy")
-    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:39092")
+    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
     ap.add_argument("--label", default="", help="written into the results (e.g. smoke)")
     ap.add_argument("--keep-topics", action="store_true")
     args = ap.parse_args()

@@ -71,7 +71,7 @@ def _empty() -> Mapping[str, str]:
 class KafkaConfig:
     """How to reach the cluster; ``security``/``consumer``/``producer`` go to librdkafka."""
 
-    bootstrap_servers: str = "127.0.0.1:39092"
+    bootstrap_servers: str = "127.0.0.1:28092"
     security: Mapping[str, str] = field(default_factory=_empty)
     consumer: Mapping[str, str] = field(default_factory=_empty)
     producer: Mapping[str, str] = field(default_factory=_empty)

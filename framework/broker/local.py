@@ -13,7 +13,8 @@ Locations (all optional environment variables):
 
 - ``FW_HOME``: cache root, default ``~/.cache/fw``; jars go to ``$FW_HOME/kafka/<version>``.
 - ``FW_BROKER_DIR``: instance directory, default ``$FW_HOME/broker``.
-- ``FW_BROKER_PORT``: client port on 127.0.0.1, default 39092 (controller: port + 1).
+- ``FW_BROKER_PORT``: client port on 127.0.0.1, default 28092 (controller: port + 1), below the
+  kernel's ephemeral range: a client's outgoing connection cannot take it before the bind.
 - ``FW_BOOTSTRAP_SERVERS``: an existing cluster; when set, nothing is started or stopped.
 
 Security (``fw broker start --security``): ``plaintext`` (the default), ``sasl_plaintext`` or
@@ -147,7 +148,7 @@ class LocalBroker:
     def __init__(self, instance_dir: Path | None = None, port: int | None = None,
                  security: str | None = None) -> None:
         self.instance_dir = Path(instance_dir or os.environ.get("FW_BROKER_DIR") or fw_home() / "broker")
-        self.port = int(port or os.environ.get("FW_BROKER_PORT") or 39092)
+        self.port = int(port or os.environ.get("FW_BROKER_PORT") or 28092)
         self.jar_dir = fw_home() / "kafka" / KAFKA_VERSION
         self.log_file = self.instance_dir / "broker.log"
         self._state_file = self.instance_dir / "broker.json"

@@ -88,7 +88,7 @@ def test_wipe_refuses_while_fw_bootstrap_servers_names_a_cluster(tmp_path: Path,
 
     (tmp_path / "data").mkdir()
     monkeypatch.setenv("FW_BROKER_DIR", str(tmp_path))
-    monkeypatch.setenv("FW_BOOTSTRAP_SERVERS", "127.0.0.1:39092")
+    monkeypatch.setenv("FW_BOOTSTRAP_SERVERS", "127.0.0.1:28092")
     with pytest.raises(BrokerError, match="names a cluster this command does not manage"):
         LocalBroker().wipe()
     assert (tmp_path / "data").is_dir()

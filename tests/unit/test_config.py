@@ -51,7 +51,7 @@ def toml_file(tmp_path: Path) -> Path:
 def test_defaults() -> None:
     config = Config.load(env={})
     assert config == Config()
-    assert config.kafka.bootstrap_servers == "127.0.0.1:39092"
+    assert config.kafka.bootstrap_servers == "127.0.0.1:28092"
     assert config.kafka.transaction_timeout_ms == 60000
     assert config.processing.guarantee is Guarantee.EXACTLY_ONCE
     assert config.processing.on_error is OnError.DEAD_LETTER
@@ -230,7 +230,7 @@ def test_secrets_are_redacted_but_reach_the_client() -> None:
         assert "alice" in text  # a user name is not a secret
     assert config.redacted()["kafka"]["security"]["sasl.password"] == "***"
     settings = config.kafka.client_settings()
-    assert settings["bootstrap.servers"] == "127.0.0.1:39092"
+    assert settings["bootstrap.servers"] == "127.0.0.1:28092"
     assert {k: settings[k] for k in secrets} == secrets
     assert is_secret("sasl.oauthbearer.token.endpoint.url") and not is_secret("sasl.username")
 
