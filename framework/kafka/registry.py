@@ -24,16 +24,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka.schema_registry import Schema
-from confluent_kafka.schema_registry import SchemaRegistryClient as _ConfluentClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError as _ConfluentError
-
 from framework.errors import FrameworkError
 
-try:  # the HTTP library the registry client runs on (httpx2, else httpx)
-    from confluent_kafka.schema_registry.common._httpx_compat import httpx as _http
-except ImportError:  # pragma: no cover - older confluent_kafka
-    import httpx as _http  # type: ignore[no-redef]
+# confluent_kafka.schema_registry, imported with the first connection (``_load``): with its
+# HTTP client and OAuth libraries it took 0.12-0.16 s of every process's start (each fw
+# command, service member and replay worker), most of which never talk to a registry.
+Schema: Any = None
+_ConfluentClient: Any = None
+_ConfluentError: Any = None
+_http: Any = None  # the HTTP library the registry client runs on (httpx2, else httpx)
+
+
+def _load() -> None:
+    global Schema, _ConfluentClient, _ConfluentError, _http
+    if _ConfluentClient is not None:
+        return
+    from confluent_kafka.schema_registry import Schema as schema_type
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError as library_error
+
+    try:
+        from confluent_kafka.schema_registry.common._httpx_compat import httpx as http
+    except ImportError:  # pragma: no cover - older confluent_kafka
+        import httpx as http  # type: ignore[no-redef]
+    Schema, _ConfluentError, _http = schema_type, library_error, http
+    _ConfluentClient = SchemaRegistryClient
+
 
 __all__ = ["RegistryConnection", "SchemaRegistryError", "SubjectVersion"]
 
@@ -82,6 +98,7 @@ class RegistryConnection:
                                 "retries.wait.ms": _RETRY_WAIT_MS, "retries.max.wait.ms": _RETRY_MAX_WAIT_MS}
         if auth is not None:
             conf["basic.auth.user.info"] = f"{auth[0]}:{auth[1]}"
+        _load()
         self._client = _ConfluentClient(conf)
 
     def register(self, subject: str, schema: str) -> int:
