@@ -19,7 +19,7 @@ from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
 from framework.replay.submit import cache_dir, command, connector_jars, environment, package
-from framework.runtime.topics import ensure_service_topics, producer_max_bytes, written_limits
+from framework.runtime.topics import ensure_service_topics, producer_max_bytes, size_config, written_limits
 
 _RANGE_HELP = ("earliest, latest, committed (the service group's offsets), a time (ISO 8601 or ms since the epoch) "
                "or topic:partition:offset[,...]")
@@ -103,7 +103,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     settings = config.kafka.client_settings()
     sources = [s.topic.name for s in pipeline.sources()]
     ranges = {} if archive else resolve_ranges(settings, sources, start, end, group=pipeline.name)
-    max_bytes = producer_max_bytes(config)
+    max_bytes = producer_max_bytes(config.kafka.producer)
     # its internal topics (markers, changelogs), made as the live service makes them
     partitions = ensure_service_topics(pipeline, settings, max_message_bytes=max_bytes)
     if bootstrap:
@@ -113,8 +113,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     if output == "topic" and output_suffix:
         admin = admin_client(settings)
         counts = topic_partitions(admin, output_topics(pipeline))
-        limit = {} if max_bytes is None else {"max.message.bytes": str(max_bytes)}
-        ensure_topics(admin, [TopicSpec(f"{t}{output_suffix}", n, limit) for t, n in counts.items()])
+        ensure_topics(admin, [TopicSpec(f"{t}{output_suffix}", n, size_config(max_bytes)) for t, n in counts.items()])
     written = [f"{t}{output_suffix}" for t in output_topics(pipeline)] if output == "topic" else []
     written += [pipeline.changelog_topic(s) for s in pipeline.store_names()] if bootstrap else []
     limits = {t: [lim.before_ms, lim.after_ms] for t, lim in written_limits(written, settings, max_bytes).items()

@@ -37,10 +37,10 @@ def java_security(security: Mapping[str, Any], reader: str) -> dict[str, str]:
     if protocol.startswith("SASL"):
         module = _LOGIN_MODULES.get(mechanism.upper())
         if module is None:
-            raise ConfigError(
-                f"{reader} reads with Spark's Kafka source, which the framework can give SASL mechanism "
-                f"{'PLAIN or SCRAM-SHA-256/512' if mechanism else 'only when kafka.security sasl.mechanism names it'}"
-                f"{f', not {mechanism}' if mechanism else ''}. Fix: replay with --reader librdkafka")
+            given = f"PLAIN or SCRAM-SHA-256/512, not {mechanism}" if mechanism else \
+                "only when kafka.security sasl.mechanism names it"
+            raise ConfigError(f"{reader} reads with Spark's Kafka source, which the framework can give SASL "
+                              f"mechanism {given}. Fix: replay with --reader librdkafka")
         out["sasl.mechanism"] = mechanism.upper()
         out["sasl.jaas.config"] = (f'{module} required username="{_quoted(security.get("sasl.username", ""))}" '
                                    f'password="{_quoted(security.get("sasl.password", ""))}";')

@@ -89,4 +89,3 @@ class ResumableWriter:
                     raise
                 time.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
-

@@ -16,6 +16,7 @@ from typing import Any
 from framework.errors import ConfigError
 from framework.kafka.groups import active_members, commit_offsets, delete_group, end_offsets, recreate_topics
 from framework.replay.plan import ReplayPlan
+from framework.runtime.topics import producer_max_bytes, size_config
 
 
 def refuse_if_running(settings: Mapping[str, Any], group: str) -> None:
@@ -27,9 +28,8 @@ def refuse_if_running(settings: Mapping[str, Any], group: str) -> None:
 
 def prepare_bootstrap(settings: Mapping[str, Any], plan: ReplayPlan) -> None:
     refuse_if_running(settings, plan.service)
-    config = {"cleanup.policy": "compact"}  # as the live service creates its changelogs
-    if plan.producer.get("message.max.bytes"):
-        config["max.message.bytes"] = plan.producer["message.max.bytes"]
+    # as the live service creates its changelogs
+    config = {"cleanup.policy": "compact", **size_config(producer_max_bytes(plan.producer))}
     recreate_topics(settings, {t: (plan.partitions, config) for t in plan.changelogs})
 
 

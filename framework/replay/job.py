@@ -410,11 +410,13 @@ def replay(spark: SparkSession, plan: ReplayPlan) -> dict[str, Any]:
         prepare_bootstrap(_kafka_settings(plan), plan)
     frame = _source_frame(spark, plan)
     grand: dict[str, Any] = {"records read": plan.records}
+    busy = 0.0
     for stage in range(len(plan.stages)):
         result, totals = run_stage(spark, plan, stage, frame)
         for k, name in (("outputs", "outputs written"), ("state_entries", "state entries"),
-                        ("dead_letters", "dead letters"), ("processing seconds", "processing seconds")):
+                        ("dead_letters", "dead letters")):
             grand[name] = grand.get(name, 0) + totals.get(k, 0)
+        busy += totals["processing seconds"]
         if stage + 1 < len(plan.stages):
             frame = _next_frame(result, plan)
     if plan.bootstrap:
@@ -422,7 +424,6 @@ def replay(spark: SparkSession, plan: ReplayPlan) -> dict[str, Any]:
 
         commit_handover(_kafka_settings(plan), plan)
     seconds = time.monotonic() - started
-    busy = grand.pop("processing seconds")
     grand["seconds"] = round(seconds, 1)
     grand["records/s"] = int(plan.records / seconds) if seconds else 0
     grand["processing seconds"] = round(busy, 1)

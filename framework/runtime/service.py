@@ -130,7 +130,7 @@ class Service:
     def _run(self, until: Callable[[Service], bool] | None, cfg: Config, settings: dict[str, str],
              client_id: str | None) -> None:
         wait_for_cluster(settings, cfg.kafka.connect_timeout_ms / 1000)
-        max_bytes = producer_max_bytes(cfg)
+        max_bytes = producer_max_bytes(cfg.kafka.producer)
         self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics,
                                                 max_message_bytes=max_bytes)
         missing = missing_grants(settings, self.pipeline)

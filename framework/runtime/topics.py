@@ -6,7 +6,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from framework.config import Config
 from framework.errors import PipelineError, RuntimeProblem
 from framework.kafka.admin import (
     TopicLimits,
@@ -56,7 +55,7 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
             "with the same partition count."
         )
     n = next(iter(counts.values()))
-    limit = {} if max_message_bytes is None else {"max.message.bytes": str(max_message_bytes)}
+    limit = size_config(max_message_bytes)
     specs = [TopicSpec(t.name, counts[t.name], dict(t.config)) for t in sources]
     written = [TopicSpec(name, n, limit) for name in pipeline.input_topics() if name not in counts]
     written += [
@@ -80,13 +79,20 @@ def output_limits(pipeline: Pipeline, settings: Mapping[str, Any],
     return written_limits(names, settings, max_message_bytes)
 
 
-def producer_max_bytes(cfg: Config) -> int | None:
-    """The producer's ``message.max.bytes`` when set (librdkafka itself reports a bad value)."""
-    value = cfg.kafka.producer.get("message.max.bytes")
+def producer_max_bytes(producer: Mapping[str, Any]) -> int | None:
+    """The producer's ``message.max.bytes`` (of ``kafka.producer``) when set (librdkafka itself
+    reports a bad value)."""
+    value = producer.get("message.max.bytes")
     try:
         return int(value) if value else None
     except ValueError:
         return None
+
+
+def size_config(max_message_bytes: int | None) -> dict[str, str]:
+    """The topic config of a topic the service writes to: as large a ``max.message.bytes`` as
+    the producer's ``message.max.bytes``, when that is set."""
+    return {} if max_message_bytes is None else {"max.message.bytes": str(max_message_bytes)}
 
 
 def written_limits(names: Iterable[str], settings: Mapping[str, Any],
@@ -95,7 +101,10 @@ def written_limits(names: Iterable[str], settings: Mapping[str, Any],
     ``message.max.bytes``, when set), a topic with a smaller ``max.message.bytes`` is an error:
     the broker would refuse every record between the two limits, and each transaction holding
     one would abort."""
-    limits, unknown = topic_limits(admin_client(settings), list(dict.fromkeys(names)))
+    names = list(dict.fromkeys(names))
+    if not names:
+        return {}
+    limits, unknown = topic_limits(admin_client(settings), names)
     if unknown:
         log.warning("cannot read the limits of topics %s (%s): an output record they refuse (too large, or a "
                     "timestamp too far from now) aborts the checkpoints that hold it", sorted(unknown),
