@@ -10,6 +10,8 @@ editing framework/:
 AB_CHECKOUT=DIR  run the framework of another checkout (its ``framework/`` package first on
                  ``sys.path``); the workloads stay this checkout's ``benchmarks/apps``.
 AB_GC=N          gc.set_threshold(N, 50, 1000): fewer generation-0 collections in the hot loop.
+AB_FREEZE=1      gc.freeze() once the framework and the workloads are imported: the collector no
+                 longer walks the objects of those imports.
 """
 
 import gc
@@ -28,6 +30,11 @@ if os.environ.get("AB_GC"):
     gc.set_threshold(int(os.environ["AB_GC"]), 50, 1000)
 
 from framework.cli import main  # noqa: E402
+
+if os.environ.get("AB_FREEZE"):
+    import benchmarks.apps.fw_app  # noqa: F401
+
+    gc.freeze()
 
 sys.argv = ["fw", *sys.argv[1:]]
 main()

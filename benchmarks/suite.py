@@ -904,7 +904,7 @@ def main() -> None:
                     help="replay phase: fw replay --reader values to run each master with")
     ap.add_argument("--replay-timeout", type=float, default=3600, help="replay phase: seconds per spark-submit")
     ap.add_argument("--replay-profile", action="store_true",
-                    help="replay phase: replay each workload once more on the first master under py-spy "
+                    help="replay phase: replay each workload once more on the first master with the first reader under py-spy "
                          "(--subprocesses: the Python workers and the driver), top functions into the results")
     ap.add_argument("--profile", action="store_true", help="also profile the framework (1 process) with py-spy")
     ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
@@ -996,9 +996,10 @@ def main() -> None:
                                 f"wall {r['wall_s']} s, cpu {r.get('cpu_s_per_million')} s/M, "
                                 f"check {'ok' if r['check']['ok'] else r['check']} [{r['status']}]")
                     if args.replay_profile and masters:
-                        log(f"replay {w} on {masters[0]} under py-spy ...")
-                        r = replay_run(ctx, w, masters[0], input_topic, total, expected, profile=True)
-                        results["replay_profile"][f"{w}/{masters[0]}"] = {
+                        log(f"replay {w} on {masters[0]}, reader {readers[0]}, under py-spy ...")
+                        r = replay_run(ctx, w, masters[0], input_topic, total, expected, profile=True,
+                                       reader=readers[0])
+                        results["replay_profile"][f"{w}/{masters[0]}/{readers[0]}"] = {
                             "job_records_per_s_under_profiler": r.get("job_records_per_s"),
                             "cpu_s_by_part": r.get("cpu_s_by_part"), **r.get("profile", {})}
                         save()

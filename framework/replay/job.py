@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 
 from framework.config import Config
 from framework.engine.record import Record
+from framework.engine.runner import settle_heap
 from framework.errors import FrameworkError, PipelineError
 from framework.replay.plan import ReplayPlan, definition_of, summary
 from framework.replay.stage import Carry, Row, StageTask
@@ -75,6 +76,7 @@ def _setup(plan_json: str) -> tuple[ReplayPlan, Any]:
                 "give the executors what the pipeline reads from its environment "
                 "(--conf spark.executorEnv.NAME=value)")
         _READY["plan"], _READY["pipeline"] = plan, pipeline
+        settle_heap()
     return _READY["plan"], _READY["pipeline"]
 
 
@@ -278,10 +280,17 @@ def _kafka_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
 
 def _range_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
     """``--reader librdkafka``: one row per task, in a Spark partition of its own, with its
-    source ranges (``{topic: [start, end)}``) as JSON: the task reads them itself."""
+    source ranges (``{topic: [start, end)}``) as JSON: the task reads them itself. Built in the
+    JVM (``spark.range`` and literals): a frame of Python rows is a Python RDD, which starts
+    Python workers of its own before the first task can run."""
     pids = sorted({p for parts in plan.ranges.values() for p in parts})
-    rows = [(p, json.dumps({t: parts[p] for t, parts in sorted(plan.ranges.items()) if p in parts})) for p in pids]
-    return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(len(rows), 1)), "pid long, ranges string")
+    ranges = [json.dumps({t: parts[p] for t, parts in sorted(plan.ranges.items()) if p in parts}) for p in pids]
+    if not pids:
+        return spark.createDataFrame([], "pid long, ranges string")
+    row = (F.col("id") + 1).cast("int")  # spark.range's n rows in n partitions: row i alone in partition i
+    return spark.range(0, len(pids), 1, len(pids)).select(
+        F.element_at(F.array(*[F.lit(p) for p in pids]), row).cast("long").alias("pid"),
+        F.element_at(F.array(*[F.lit(r) for r in ranges]), row).alias("ranges"))
 
 
 def _source_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
@@ -373,8 +382,12 @@ def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFram
     progress.start()
     try:
         result = frame.mapInArrow(stage_function(plan.to_json(), stage, progress.address), SPARK_SCHEMA)
-        result = result.persist(StorageLevel.DISK_ONLY)
-        stats = [json.loads(r.text) for r in result.where(F.col("kind") == "stats").select("text").collect()]
+        if stage + 1 < len(plan.stages) or plan.output.startswith("parquet:"):
+            # read again: by the next stage, or by the Parquet writer
+            result = result.persist(StorageLevel.DISK_ONLY)
+            stats = [json.loads(r.text) for r in result.where(F.col("kind") == "stats").select("text").collect()]
+        else:  # only the tasks' counters come back (0.3 s less planning than a persisted frame)
+            stats = [json.loads(r.text) for r in result.collect() if r.kind == "stats"]
     finally:
         progress.done.set()
     totals: dict[str, Any] = {}
