@@ -17,7 +17,6 @@ Dead letters, counters, the checkpoint's steps and the restore's decisions exist
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,25 +38,6 @@ Fault = Callable[[str], None]
 
 def _no_fault(point: str) -> None:
     pass
-
-
-def settle_heap() -> None:
-    """What a process calls once it is set up, before its hot loop (the live service and a
-    replay worker; not the TestDriver): the garbage left by the setup is collected, and every
-    object alive then (modules, the compiled pipeline, the clients) leaves the collector's
-    walks (``gc.freeze``). Records allocate enough that full collections keep running, and
-    each walked every object of every import again: pyspark's and pandas' in a Spark worker.
-    Measured on W1 (3,000,000 records, one process): the live service from 198,000-210,000 to
-    228,000 records/s; a replay task 4% faster. A frozen object is never collected as part
-    of a cycle until ``release_heap``: a process that runs more than one service (tests) calls
-    it when each stops."""
-    gc.collect()
-    gc.freeze()
-
-
-def release_heap() -> None:
-    """Undo ``settle_heap``: what it froze is collected again."""
-    gc.unfreeze()
 
 
 class CheckpointSink(Protocol):

@@ -16,6 +16,7 @@ imports pyspark.
 from __future__ import annotations
 
 import base64
+import gc
 import itertools
 import json
 import os
@@ -35,7 +36,6 @@ from pyspark.sql import functions as F
 
 from framework.config import Config
 from framework.engine.record import Record
-from framework.engine.runner import settle_heap
 from framework.errors import FrameworkError, PipelineError
 from framework.replay.plan import ReplayPlan, definition_of, summary
 from framework.replay.stage import Carry, Row, StageTask
@@ -76,7 +76,12 @@ def _setup(plan_json: str) -> tuple[ReplayPlan, Any]:
                 "give the executors what the pipeline reads from its environment "
                 "(--conf spark.executorEnv.NAME=value)")
         _READY["plan"], _READY["pipeline"] = plan, pipeline
-        settle_heap()
+        # What is alive now (pyspark's, pandas' and pyarrow's modules, the pipeline) leaves
+        # the garbage collector's walks: the records keep full collections running, and each
+        # walked all of it again. A task took 4% less time (benchmarks/NOTES.md). The live
+        # service does not do this: there it measured within the noise, W2 and W4 perhaps lower.
+        gc.collect()
+        gc.freeze()
     return _READY["plan"], _READY["pipeline"]
 
 

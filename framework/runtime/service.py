@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from framework.config import Config, Guarantee, OnError
 from framework.engine.context import InputRecord
-from framework.engine.runner import TaskRunner, release_heap, settle_heap
+from framework.engine.runner import TaskRunner
 from framework.errors import AccessProblem, FatalKafkaError, KafkaClientError
 from framework.kafka.acl import Grant, denied, missing_grants
 from framework.kafka.admin import admin_client, topic_ids
@@ -167,7 +167,6 @@ class Service:
                  self.instance_id, cfg.processing.guarantee.value, self.inputs, cfg.redacted())
         self.checkpointer.start()
         self.consumer.subscribe(self.inputs, self._on_assign, self._on_revoke, self._on_lost)
-        settle_heap()
         try:
             self._loop(until)
             if self.observer is not None:
@@ -181,7 +180,6 @@ class Service:
             self.checkpointer.abandon()
             raise
         finally:
-            release_heap()
             self._shutdown()
 
     def _loop(self, until: Callable[[Service], bool] | None) -> None:
