@@ -63,6 +63,8 @@ def _covered(document: dict[str, Any], source: str) -> bool:
     if sorted(assigned) != sorted(inputs) or not all(m["partitions"] for m in members):
         return False
     own = [m["status"] for m in members]
+    if any("records_processed" not in s for s in own):  # a member that joined late: its first observation is to come
+        return False
     committed = all(r["lag"] <= (0 if r["topic"] == source else 1) for r in document["lag"]["partitions"])
     return (committed and sum(s["records_processed"] for s in own) >= RECORDS
             and all(s["lag"] == 0 and s["state"] == "running" and all(p["lag"] == 0 for p in s["partitions"])
