@@ -291,9 +291,27 @@ def _replay_ok(r: dict | None) -> bool:
 
 
 def _busy(r: dict) -> str:
-    """A live run's CPU seconds per wall second over its measured span."""
+    """A live run's CPU seconds per wall second over its measured span (+ the broker's)."""
     cpu, n, secs = r.get("cpu_s_per_million"), r.get("measured_records"), r.get("measured_s")
-    return _fmt(round(cpu * n / 1e6 / secs, 2)) if cpu and n and secs else "–"
+    if not (cpu and n and secs):
+        return "–"
+    broker = r.get("broker_cpu_s_per_million")
+    return _fmt(round(cpu * n / 1e6 / secs, 2)) + (f" + {_fmt(round(broker * n / 1e6 / secs, 2))}" if broker else "")
+
+
+def _replay_busy(r: dict) -> str:
+    """A replay job's cores busy (+ the broker's over the same span)."""
+    broker = r.get("job_broker_cores_busy")
+    return _fmt(r.get("job_cores_busy")) + (f" + {_fmt(broker)}" if broker is not None else "")
+
+
+def _scaling_bound(one: dict, cores: int) -> str:
+    """What the machine allows ``local[N]`` over ``local[1]``: its cores over what the
+    ``local[1]`` job kept busy, the broker included ('' when the broker was not measured)."""
+    busy, broker = one.get("job_cores_busy"), one.get("job_broker_cores_busy")
+    if not busy or broker is None:
+        return ""
+    return f" (at most {cores / (busy + broker):.2f}× on {cores} cores: `{one['master']}` kept {busy + broker:.2f} busy)"
 
 
 def _check(r: dict | None) -> str:
@@ -409,7 +427,9 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
         "sampled from /proc (live: the measured span; replay: the whole command, in parentheses the job "
         "alone, from the Spark session being up to the `done` line).",
         "- *cores busy*: CPU seconds per wall second over the same span (live: the measured span; replay: the "
-        "job alone). A `local[1]` replay is more than one core: with reader `spark` the JVM reads Kafka and "
+        "job alone), + the local broker's over the same span when it was measured: it shares the cores, so "
+        "`local[2]` can be at most the cores ÷ what `local[1]` kept busy, the broker included, times "
+        "`local[1]`. A `local[1]` replay is more than one core: with reader `spark` the JVM reads Kafka and "
         "converts to Arrow while a Python worker runs the task, and Spark compiles and schedules on further "
         "threads; with reader `librdkafka` the task reads its partitions itself (the framework's Kafka client, "
         "librdkafka's fetch threads beside the task) and the JVM only schedules.",
@@ -445,7 +465,7 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
                              f"{_fmt(r.get('processing_records_per_s'))} | {_fmt(r.get('records_per_s_per_core'))} | "
                              f"{_fmt(_per_core(r, 'processing_records_per_s'))} | {_fmt(r.get('wall_s'))} "
                              f"({_fmt(r.get('job_s'))}) | {_fmt(r.get('cpu_s_per_million'))}{job_cpu} | "
-                             f"{_fmt(r.get('job_cores_busy'))} | {_check(r)} |")
+                             f"{_replay_busy(r)} | {_check(r)} |")
             for one, two in _scalings(rows):
                 if _replay_ok(one) and _replay_ok(two):
                     lines += ["", f"Reader `{_reader(one)}`: `{two['master']}` / `{one['master']}` = "
@@ -479,7 +499,8 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
                     for label, key in (("job", "job_records_per_s"), ("while processing", "processing_records_per_s")):
                         if one.get(key) and two.get(key):
                             ratio = two[key] / one[key]
-                            stands.append(f"{label} {two[key]:,} vs {one[key]:,} = {ratio:.2f}×")
+                            bound = _scaling_bound(one, e["machine"]["cores"]) if label == "job" else ""
+                            stands.append(f"{label} {two[key]:,} vs {one[key]:,} = {ratio:.2f}×{bound}")
                             verdicts.append(f"{'met' if ratio >= SCALING_TARGET else 'not met'} ({label})")
                     lines.append(f"| {name} | {w} | {'; '.join(stands)} | {', '.join(verdicts)} |")
                 else:

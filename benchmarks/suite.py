@@ -295,6 +295,26 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def stat_cpu(path: str) -> float:
+    """CPU seconds (utime + stime) of a process's or thread's ``/proc/.../stat`` at ``path``
+    (OSError: it is gone)."""
+    with open(path) as f:
+        st = f.read()
+    fields = st[st.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def broker_cpu() -> float | None:
+    """CPU seconds the local broker has used so far (``BENCH_BROKER_PID``, set by ``run`` when
+    it uses the local broker), or None: it shares the cores with what is measured, and a
+    ``local[2]`` replay can only scale as far as the cores the broker leaves."""
+    pid = os.environ.get("BENCH_BROKER_PID")
+    try:
+        return stat_cpu(f"/proc/{pid}/stat") if pid else None
+    except OSError:
+        return None
+
+
 class ProcTree:
     """CPU seconds (utime + stime) and memory (VmRSS, VmHWM) of a process and its descendants;
     a process's last reading is kept after it exits."""
@@ -318,10 +338,7 @@ class ProcTree:
         rss = 0
         for p in pids:
             try:
-                with open(f"/proc/{p}/stat") as f:
-                    st = f.read()
-                fields = st[st.rindex(")") + 2:].split()
-                self.cpu[p] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+                self.cpu[p] = stat_cpu(f"/proc/{p}/stat")
                 if self.detail:  # read each time (spark-submit's bash script execs the JVM); empty: a zombie
                     with open(f"/proc/{p}/cmdline", "rb") as f:
                         cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -451,7 +468,8 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
                                 "--rate", "250", "--format", "raw", "--output", str(prof_file), "--nonblocking"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tree, prog = ProcTree(proc.pid), GroupProgress(ctx.bootstrap, group, input_topic, out_topic)
-    samples: list[tuple[float, int, int, float, int, int]] = []  # t, committed, out_end, cpu, rss, hwm
+    # t, committed, out_end, cpu, rss, hwm, the broker's cpu (None: not the local broker)
+    samples: list[tuple[float, int, int, float, int, int, float | None]] = []
     deadline = t_launch + ctx.args.run_timeout
     status = "ok"
     try:
@@ -459,7 +477,7 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
             committed, out_end = prog.committed(), prog.output_end()
             cpu, rss, hwm = tree.sample()
             now = time.monotonic()
-            samples.append((now - t_launch, committed, out_end, cpu, rss, hwm))
+            samples.append((now - t_launch, committed, out_end, cpu, rss, hwm, broker_cpu()))
             if committed >= total:
                 break
             if proc.poll() is not None:
@@ -473,7 +491,7 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
         time.sleep(0.5)
         final_out = prog.output_end()
         cpu, rss, hwm = tree.sample()
-        samples.append((time.monotonic() - t_launch, prog.committed(), final_out, cpu, rss, hwm))
+        samples.append((time.monotonic() - t_launch, prog.committed(), final_out, cpu, rss, hwm, broker_cpu()))
     finally:
         prog.close()
         stop(proc)
@@ -528,8 +546,10 @@ def _throughput_numbers(samples: list[tuple], total: int, final_out: int, per_re
         return {"records_per_s": None, "note": "too few records to measure (processed within about one commit "
                 "interval): use more records"}
     cpu = end[3] - start[3]
+    broker = end[6] - start[6] if end[6] is not None and start[6] is not None else None
     return {"records_per_s": round(n / secs), "measured_records": n, "measured_s": round(secs, 3),
             "cpu_s_per_million": round(cpu / n * 1e6, 2), "cpu_s_total": round(samples[-1][3], 2),
+            "broker_cpu_s_per_million": round(broker / n * 1e6, 2) if broker is not None else None,
             "start_s": round(start[0], 2), "start_by": "first output" if done_at_start == 0 else "first commit",
             "lag_zero_s": round(done[0], 2)}
 
@@ -762,7 +782,8 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
                                 "--subprocesses", "--rate", "100", "--format", "raw", "--output", str(prof_file),
                                 "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     status = "ok"
-    marks: dict[str, tuple[float, float]] = {}  # event -> (seconds since launch, CPU seconds then)
+    # event -> (seconds since launch, CPU seconds then, the broker's CPU seconds then or None)
+    marks: dict[str, tuple[float, float, float | None]] = {}
     samples: list[tuple[float, float, int]] = []  # t, cpu, rss
     tail = ""
     try:
@@ -779,7 +800,7 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
                     for event, needle in (("session", "[replay] Spark UI:"), ("stage0", "[replay] stage 0 ("),
                                           ("done", "[replay] done:")):
                         if event not in marks and needle in tail:
-                            marks[event] = (now, cpu)
+                            marks[event] = (now, cpu, broker_cpu())
                 if proc.poll() is not None:
                     if proc.returncode != 0:
                         status = f"exited with {proc.returncode} (log {log_path})"
@@ -830,7 +851,12 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
         # the job alone: from the Spark session being up to its final line (0.2 s resolution)
         res["job_cpu_s"] = round(marks["done"][1] - marks["session"][1], 2)
         res["job_cpu_s_per_million"] = round(res["job_cpu_s"] / total * 1e6, 2)
-        res["job_cores_busy"] = round(res["job_cpu_s"] / max(0.1, marks["done"][0] - marks["session"][0]), 2)
+        job_s = max(0.1, marks["done"][0] - marks["session"][0])
+        res["job_cores_busy"] = round(res["job_cpu_s"] / job_s, 2)
+        if marks["done"][2] is not None and marks["session"][2] is not None:
+            broker = marks["done"][2] - marks["session"][2]
+            res["job_broker_cpu_s_per_million"] = round(broker / total * 1e6, 2)
+            res["job_broker_cores_busy"] = round(broker / job_s, 2)
     if profile:
         res["profile"] = summarize_profile(prof_file)
         res["profile_file"] = str(prof_file)
