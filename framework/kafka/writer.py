@@ -30,6 +30,12 @@ from framework.kafka.logs import CLIENT_LOG
 
 log = logging.getLogger("framework.kafka.writer")
 
+# A batch task's outputs become visible when it commits, whenever they were sent, so its
+# producer waits longer than the live one's 5 ms to fill a batch: the broker took half the CPU
+# per million records, and a local[2] replay of W1 on two cores ran 11-16% faster (local[1]
+# within the noise; benchmarks/NOTES.md). The service's own kafka.producer linger.ms wins.
+BATCH_LINGER_MS = 200
+
 
 class ResumableWriter:
     """One task's transactional producer with a progress marker (see the module docstring).
@@ -42,8 +48,8 @@ class ResumableWriter:
                  limits: Mapping[str, tuple[int | None, int | None]] | None = None, timeout_s: float = 60.0) -> None:
         self.timeout_s = timeout_s
         self.marker = TopicPartition(*marker)
-        self.output = KafkaOutput({**settings, **(producer or {}), "transaction.timeout.ms": 600_000},
-                                  transactional_id)
+        self.output = KafkaOutput({**settings, "linger.ms": BATCH_LINGER_MS, **(producer or {}),
+                                   "transaction.timeout.ms": 600_000}, transactional_id)
         if limits:
             self.output.limit_timestamps(limits)
         self.produce = self.output.produce  # the Output protocol's call, as the runner makes it
