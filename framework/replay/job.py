@@ -3,9 +3,10 @@
 Stage 0 reads the source ranges with Spark's Kafka batch source (committed records only,
 headers included), or a Parquet archive, or (``--reader librdkafka``) gives each task only
 its ranges and the task reads them itself; each stage runs its tasks with ``mapInArrow``
-(``framework.replay.stage``), one partition number after the other within a Spark partition;
-its ``next`` rows are shuffled by the framework's partitioner and sorted on their merge key
-for the next stage. Nothing is collected to the driver but each task's counters. A Kafka
+(``framework.replay.stage``), one partition number after the other within a Spark partition
+(a replay of one stage whose tasks read their ranges and return only counters runs them over
+a plain RDD instead: ``_counters_only``); its ``next`` rows are shuffled by the framework's
+partitioner and sorted on their merge key for the next stage. Nothing is collected to the driver but each task's counters. A Kafka
 backfill and a bootstrap write from the tasks themselves, through ``ResumableWriter``: a
 retried or recomputed Spark task writes nothing twice.
 
@@ -159,9 +160,9 @@ def _chunks(batches: Iterator[pa.RecordBatch], report: _Reporter | None = None
             start = end
 
 
-def _read_ranges(batches: Iterator[pa.RecordBatch], plan: ReplayPlan, report: _Reporter
+def _read_ranges(tasks: Iterator[tuple[int, str]], plan: ReplayPlan, report: _Reporter
                  ) -> Iterator[tuple[int, list[Any]]]:
-    """``--reader librdkafka``: the input is one row per task, its source ranges; the task
+    """``--reader librdkafka``: the input is ``(task, its source ranges as JSON)``; the task
     reads them itself through the framework's Kafka client (``read_range``), and hands the
     messages on as the live service's consumer does."""
     from framework.kafka.clients import read_range
@@ -169,13 +170,18 @@ def _read_ranges(batches: Iterator[pa.RecordBatch], plan: ReplayPlan, report: _R
 
     settings = _kafka_settings(plan)
     group = f"{plan.service}-replay-{plan.run_id}"
+    for pid, ranges in tasks:
+        streams = {topic: read_range(settings, group, topic, pid, start, end, batch=plan.batch_size)
+                   for topic, (start, end) in json.loads(ranges).items()}
+        for run in merge_streams(streams, plan.batch_size):
+            report.add(len(run))
+            yield pid, run
+
+
+def _range_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, str]]:
+    """The ``(task, ranges)`` rows of ``_range_frame``'s Arrow batches."""
     for b in batches:
-        for pid, ranges in zip(b.column("pid").to_pylist(), b.column("ranges").to_pylist()):
-            streams = {topic: read_range(settings, group, topic, pid, start, end, batch=plan.batch_size)
-                       for topic, (start, end) in json.loads(ranges).items()}
-            for run in merge_streams(streams, plan.batch_size):
-                report.add(len(run))
-                yield pid, run
+        yield from zip(b.column("pid").to_pylist(), b.column("ranges").to_pylist())
 
 
 def _runs(keys: list[Any]) -> list[int]:
@@ -209,6 +215,18 @@ def _batch(rows: list[Row]) -> pa.RecordBatch:
                                       schema=ARROW_SCHEMA)
 
 
+def _run_tasks(plan: ReplayPlan, pipeline: Any, stage: int,
+               chunks: Iterator[tuple[int, list[Record] | Carry]]) -> Iterator[Row]:
+    """Each task's rows, the tasks one after the other (``chunks`` come sorted by task)."""
+    for pid, group in itertools.groupby(chunks, key=lambda chunk: chunk[0]):
+        task = StageTask(pipeline, plan, stage, pid, _writer(plan, stage, pid), plan.output.startswith("parquet"),
+                         _injected_fault(stage, pid))
+        try:
+            yield from task.run(chunk for _, chunk in group)
+        finally:
+            task.close()
+
+
 def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None = None) -> Any:
     """The ``mapInArrow`` function of ``stage``: its input is sorted by partition number.
     ``progress``: where the driver listens for the tasks' record counts (UDP)."""
@@ -216,21 +234,31 @@ def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plan, pipeline = _setup(plan_json)
         report = _Reporter(progress, stage)
-        chunks = _read_ranges(batches, plan, report) if stage == 0 and plan.reads_in_tasks else _chunks(batches, report)
-        for pid, group in itertools.groupby(chunks, key=lambda chunk: chunk[0]):
-            task = StageTask(pipeline, plan, stage, pid, _writer(plan, stage, pid), plan.output.startswith("parquet"),
-                             _injected_fault(stage, pid))
-            try:
-                rows: list[Row] = []
-                for row in task.run(chunk for _, chunk in group):
-                    rows.append(row)
-                    if len(rows) >= _OUT_BATCH:
-                        yield _batch(rows)
-                        rows = []
-                if rows:
-                    yield _batch(rows)
-            finally:
-                task.close()
+        chunks = (_read_ranges(_range_rows(batches), plan, report) if stage == 0 and plan.reads_in_tasks
+                  else _chunks(batches, report))
+        rows: list[Row] = []
+        for row in _run_tasks(plan, pipeline, stage, chunks):
+            rows.append(row)
+            if len(rows) >= _OUT_BATCH:
+                yield _batch(rows)
+                rows = []
+        if rows:
+            yield _batch(rows)
+
+    return run
+
+
+def counters_function(plan_json: str, progress: tuple[str, int] | None = None) -> Any:
+    """The function of a stage that reads its own ranges and returns only its tasks'
+    counters (``_counters_only``), over a plain RDD of ``(task, ranges)``: each task's stats
+    as JSON."""
+
+    def run(tasks: Iterator[tuple[int, str]]) -> Iterator[str]:
+        plan, pipeline = _setup(plan_json)
+        for row in _run_tasks(plan, pipeline, 0, _read_ranges(tasks, plan, _Reporter(progress, 0))):
+            if row.kind != "stats":
+                raise PipelineError(f"a replay task of the only stage returned a {row.kind!r} row")
+            yield row.text or ""
 
     return run
 
@@ -288,14 +316,28 @@ def _range_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
     source ranges (``{topic: [start, end)}``) as JSON: the task reads them itself. Built in the
     JVM (``spark.range`` and literals): a frame of Python rows is a Python RDD, which starts
     Python workers of its own before the first task can run."""
-    pids = sorted({p for parts in plan.ranges.values() for p in parts})
-    ranges = [json.dumps({t: parts[p] for t, parts in sorted(plan.ranges.items()) if p in parts}) for p in pids]
-    if not pids:
+    tasks = _task_ranges(plan)
+    if not tasks:
         return spark.createDataFrame([], "pid long, ranges string")
+    pids, ranges = zip(*tasks)
     row = (F.col("id") + 1).cast("int")  # spark.range's n rows in n partitions: row i alone in partition i
     return spark.range(0, len(pids), 1, len(pids)).select(
         F.element_at(F.array(*[F.lit(p) for p in pids]), row).cast("long").alias("pid"),
         F.element_at(F.array(*[F.lit(r) for r in ranges]), row).alias("ranges"))
+
+
+def _task_ranges(plan: ReplayPlan) -> list[tuple[int, str]]:
+    """Each task's source ranges (``{topic: [start, end)}``) as JSON, by task."""
+    pids = sorted({p for parts in plan.ranges.values() for p in parts})
+    return [(p, json.dumps({t: parts[p] for t, parts in sorted(plan.ranges.items()) if p in parts})) for p in pids]
+
+
+def _counters_only(plan: ReplayPlan) -> bool:
+    """Whether the replay's tasks read their own ranges and return nothing but their counters:
+    one stage (no repartition), read by ``--reader librdkafka``, writing to topics or nowhere.
+    That stage runs as a plain RDD job, without Spark SQL's planning of a frame and of its
+    Arrow function, which cost a replay 2.3 s before its first record (benchmarks/NOTES.md)."""
+    return len(plan.stages) == 1 and plan.reads_in_tasks and not plan.output.startswith("parquet:")
 
 
 def _source_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
@@ -381,20 +423,44 @@ class _Progress(threading.Thread):
         self.sock.close()
 
 
-def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFrame) -> tuple[DataFrame, dict[str, Any]]:
+def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFrame | None
+              ) -> tuple[DataFrame | None, dict[str, Any]]:
+    """Runs ``stage`` over ``frame`` (None: a ``_counters_only`` stage, which makes its own
+    input); returns its result (None when nothing reads it) and its totals."""
     started = time.monotonic()
     progress = _Progress(spark, f"stage {stage}", plan.records if stage == 0 else None)
     progress.start()
+    result = None
     try:
-        result = frame.mapInArrow(stage_function(plan.to_json(), stage, progress.address), SPARK_SCHEMA)
-        if stage + 1 < len(plan.stages) or plan.output.startswith("parquet:"):
-            # read again: by the next stage, or by the Parquet writer
-            result = result.persist(StorageLevel.DISK_ONLY)
-            stats = [json.loads(r.text) for r in result.where(F.col("kind") == "stats").select("text").collect()]
-        else:  # only the tasks' counters come back (0.3 s less planning than a persisted frame)
-            stats = [json.loads(r.text) for r in result.collect() if r.kind == "stats"]
+        if frame is None:
+            tasks = _task_ranges(plan)
+            rdd = spark.sparkContext.parallelize(tasks, max(len(tasks), 1))  # a task per Spark partition
+            texts = rdd.mapPartitions(counters_function(plan.to_json(), progress.address)).collect()
+            stats = [json.loads(text) for text in texts]
+        else:
+            result = frame.mapInArrow(stage_function(plan.to_json(), stage, progress.address), SPARK_SCHEMA)
+            if stage + 1 < len(plan.stages) or plan.output.startswith("parquet:"):
+                # read again: by the next stage, or by the Parquet writer
+                result = result.persist(StorageLevel.DISK_ONLY)
+                stats = [json.loads(r.text) for r in result.where(F.col("kind") == "stats").select("text").collect()]
+            else:  # only the tasks' counters come back (0.3 s less planning than a persisted frame)
+                stats = [json.loads(r.text) for r in result.collect() if r.kind == "stats"]
+                result = None
     finally:
         progress.done.set()
+    totals = _stage_totals(stats, started)
+    print(f"[replay] stage {stage} ({', '.join(plan.stages[stage])}): {summary(totals)}", flush=True)
+    if result is not None and plan.output.startswith("parquet:"):
+        outputs = result.where(F.col("kind") == "out").select(
+            "topic", "partition", "key", "value", F.timestamp_millis("ts").alias("timestamp"),
+            F.from_json("headers", KAFKA_HEADERS).alias("headers"))
+        outputs.write.mode("append").partitionBy("topic").parquet(plan.output.removeprefix("parquet:"))
+    return result, totals
+
+
+def _stage_totals(stats: list[dict[str, Any]], started: float) -> dict[str, Any]:
+    """A stage's counters summed over its tasks, its seconds and records/s, and the same
+    while processing."""
     totals: dict[str, Any] = {}
     for s in stats:
         for k, v in s.items():
@@ -408,13 +474,7 @@ def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFram
     busy = (max(s["ended_ms"] for s in stats) - min(s["began_ms"] for s in stats)) / 1000 if stats else 0
     totals["processing seconds"] = round(busy, 1)
     totals["records/s while processing"] = int(totals.get("records", 0) / busy) if busy else 0
-    print(f"[replay] stage {stage} ({', '.join(plan.stages[stage])}): {summary(totals)}", flush=True)
-    if plan.output.startswith("parquet:"):
-        outputs = result.where(F.col("kind") == "out").select(
-            "topic", "partition", "key", "value", F.timestamp_millis("ts").alias("timestamp"),
-            F.from_json("headers", KAFKA_HEADERS).alias("headers"))
-        outputs.write.mode("append").partitionBy("topic").parquet(plan.output.removeprefix("parquet:"))
-    return result, totals
+    return totals
 
 
 def replay(spark: SparkSession, plan: ReplayPlan) -> dict[str, Any]:
@@ -426,7 +486,7 @@ def replay(spark: SparkSession, plan: ReplayPlan) -> dict[str, Any]:
         from framework.replay.handover import prepare_bootstrap
 
         prepare_bootstrap(_kafka_settings(plan), plan)
-    frame = _source_frame(spark, plan)
+    frame = None if _counters_only(plan) else _source_frame(spark, plan)
     grand: dict[str, Any] = {"records read": plan.records}
     busy = 0.0
     for stage in range(len(plan.stages)):
@@ -436,6 +496,7 @@ def replay(spark: SparkSession, plan: ReplayPlan) -> dict[str, Any]:
             grand[name] = grand.get(name, 0) + totals.get(k, 0)
         busy += totals["processing seconds"]
         if stage + 1 < len(plan.stages):
+            assert result is not None  # persisted for this stage
             frame = _next_frame(result, plan)
     if plan.bootstrap:
         from framework.replay.handover import commit_handover

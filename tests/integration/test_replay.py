@@ -40,27 +40,32 @@ from tests.integration.test_replay_parity import (
 )
 
 
-@pytest.mark.parametrize("reader", ["spark", "librdkafka"])
-def test_a_retried_task_writes_nothing_twice(reader: str, kafka_bootstrap: str, unique: str, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("reader", "target"), [("spark", "even_odd"), ("librdkafka", "even_odd"),
+                                               ("librdkafka", "avro_numbers")])
+def test_a_retried_task_writes_nothing_twice(reader: str, target: str, kafka_bootstrap: str, unique: str,
+                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              services: list[ServiceProcess]) -> None:
     """The first attempt of a task of each stage fails after it has committed some of its
     outputs (a commit every 10 records, batches of 5) and left others in an open transaction;
     Spark runs the task again (local[2,4]: up to four attempts), which reads its input again
     (with ``librdkafka``, from Kafka itself). A read_committed consumer sees each output once:
-    the live run's."""
-    case = Case("even_odd", even_odd, reader=reader)
+    the live run's. ``even_odd`` has two stages; ``avro_numbers`` one, which with
+    ``librdkafka`` runs over a plain RDD instead of Spark SQL."""
+    case = Case(target, {"even_odd": even_odd, "avro_numbers": avro_numbers}[target], reader=reader)
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
     live = results(kafka_bootstrap, pipeline)
 
-    # the task of stage 1 that sums both parities: the partition of the repartition topic they went to live
-    summing = {r.partition for r in read_topic(kafka_bootstrap, pipeline.repartition_topic("parity"))}
-    assert len(summing) == 1
-    log = replay(case, {**env, "FW_REPLAY_FAULT": f"0:1:25,1:{summing.pop()}:7"}, "--output", "topic",
+    faults = ["0:1:25"]
+    if target == "even_odd":  # and the task of stage 1 that sums both parities: the partition they went to live
+        summing = {r.partition for r in read_topic(kafka_bootstrap, pipeline.repartition_topic("parity"))}
+        assert len(summing) == 1
+        faults.append(f"1:{summing.pop()}:7")
+    log = replay(case, {**env, "FW_REPLAY_FAULT": ",".join(faults)}, "--output", "topic",
                  "--output-suffix", "-retried", "--batch-size", "5", "--commit-every", "10", master="local[2,4]")
     assert re.search(r"InjectedFault: fault injected into stage 0 task 1 after \d+ outputs", log)
-    assert re.search(r"InjectedFault: fault injected into stage 1 task \d after \d+ outputs", log)
+    if target == "even_odd":
+        assert re.search(r"InjectedFault: fault injected into stage 1 task \d after \d+ outputs", log)
     replayed = results(kafka_bootstrap, pipeline, "-retried")
     assert_same(pipeline, live, Results(replayed.outputs, live.state))
 
@@ -108,16 +113,19 @@ def spark_cluster(tmp_path: Path) -> Iterator[str]:
                 proc.kill()
 
 
-@pytest.mark.parametrize("reader", ["spark", "librdkafka"])
-def test_a_replay_on_a_standalone_cluster_equals_the_live_run(reader: str, kafka_bootstrap: str, unique: str,
-                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("reader", "target"), [("spark", "svc_sensors"), ("librdkafka", "svc_sensors"),
+                                               ("librdkafka", "avro_numbers")])
+def test_a_replay_on_a_standalone_cluster_equals_the_live_run(reader: str, target: str, kafka_bootstrap: str,
+                                                              unique: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
                                                               services: list[ServiceProcess],
                                                               spark_cluster: str) -> None:
     """``fw replay --master spark://...``: the job, the framework, the service's package and
     its Avro schemas reach executors that are not the driver's process (the test's topic
     suffix, which the pipeline reads from the environment, with spark.executorEnv); with
-    ``--reader librdkafka`` the executors read Kafka themselves."""
-    case = Case("svc_sensors", sensors_service, reader=reader)
+    ``--reader librdkafka`` the executors read Kafka themselves, and the one stage of
+    ``avro_numbers`` runs as a plain RDD job."""
+    case = Case(target, {"svc_sensors": sensors_service, "avro_numbers": avro_numbers}[target], reader=reader)
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
     live = results(kafka_bootstrap, pipeline)
