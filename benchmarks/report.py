@@ -296,13 +296,12 @@ def _busy(r: dict) -> str:
     if not (cpu and n and secs):
         return "–"
     broker = r.get("broker_cpu_s_per_million")
-    return _fmt(round(cpu * n / 1e6 / secs, 2)) + (f" + {_fmt(round(broker * n / 1e6 / secs, 2))}" if broker else "")
+    return _plus_broker(round(cpu * n / 1e6 / secs, 2), round(broker * n / 1e6 / secs, 2) if broker else None)
 
 
-def _replay_busy(r: dict) -> str:
-    """A replay job's cores busy (+ the broker's over the same span)."""
-    broker = r.get("job_broker_cores_busy")
-    return _fmt(r.get("job_cores_busy")) + (f" + {_fmt(broker)}" if broker is not None else "")
+def _plus_broker(busy: float | None, broker: float | None) -> str:
+    """Cores busy, + the broker's over the same span where it was measured."""
+    return _fmt(busy) + (f" + {_fmt(broker)}" if broker is not None else "")
 
 
 def _scaling_bound(one: dict, cores: int) -> str:
@@ -465,7 +464,8 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
                              f"{_fmt(r.get('processing_records_per_s'))} | {_fmt(r.get('records_per_s_per_core'))} | "
                              f"{_fmt(_per_core(r, 'processing_records_per_s'))} | {_fmt(r.get('wall_s'))} "
                              f"({_fmt(r.get('job_s'))}) | {_fmt(r.get('cpu_s_per_million'))}{job_cpu} | "
-                             f"{_replay_busy(r)} | {_check(r)} |")
+                             f"{_plus_broker(r.get('job_cores_busy'), r.get('job_broker_cores_busy'))} | "
+                             f"{_check(r)} |")
             for one, two in _scalings(rows):
                 if _replay_ok(one) and _replay_ok(two):
                     lines += ["", f"Reader `{_reader(one)}`: `{two['master']}` / `{one['master']}` = "

@@ -295,13 +295,13 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def stat_cpu(path: str) -> float:
-    """CPU seconds (utime + stime) of a process's or thread's ``/proc/.../stat`` at ``path``
-    (OSError: it is gone)."""
+def read_stat(path: str) -> tuple[str, float]:
+    """The name and CPU seconds (utime + stime) in a process's or thread's ``/proc/.../stat``
+    at ``path`` (OSError: it is gone)."""
     with open(path) as f:
         st = f.read()
     fields = st[st.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return st[st.index("(") + 1:st.rindex(")")], (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def broker_cpu() -> float | None:
@@ -310,7 +310,7 @@ def broker_cpu() -> float | None:
     ``local[2]`` replay can only scale as far as the cores the broker leaves."""
     pid = os.environ.get("BENCH_BROKER_PID")
     try:
-        return stat_cpu(f"/proc/{pid}/stat") if pid else None
+        return read_stat(f"/proc/{pid}/stat")[1] if pid else None
     except OSError:
         return None
 
@@ -338,7 +338,7 @@ class ProcTree:
         rss = 0
         for p in pids:
             try:
-                self.cpu[p] = stat_cpu(f"/proc/{p}/stat")
+                self.cpu[p] = read_stat(f"/proc/{p}/stat")[1]
                 if self.detail:  # read each time (spark-submit's bash script execs the JVM); empty: a zombie
                     with open(f"/proc/{p}/cmdline", "rb") as f:
                         cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -364,13 +364,9 @@ class ProcTree:
                 continue
             for t in tids:
                 try:
-                    with open(f"/proc/{p}/task/{t}/stat") as f:
-                        st = f.read()
+                    self.thread_cpu[(p, int(t))] = read_stat(f"/proc/{p}/task/{t}/stat")
                 except OSError:
                     continue
-                name = st[st.index("(") + 1:st.rindex(")")]
-                fields = st[st.rindex(")") + 2:].split()
-                self.thread_cpu[(p, int(t))] = (name, (int(fields[11]) + int(fields[12])) / CLK_TCK)
 
     def threads(self, role: Any) -> dict[str, float]:  # noqa: ANN401
         """CPU seconds by ``role(command line)`` and thread name (digits dropped: pools summed)."""
