@@ -36,6 +36,13 @@ log = logging.getLogger("framework.kafka.writer")
 # within the noise; benchmarks/NOTES.md). The service's own kafka.producer linger.ms wins.
 BATCH_LINGER_MS = 200
 
+# A new producer learns the brokers from its bootstrap server and, with librdkafka's sparse
+# connections, connects to the transaction coordinator only when a timer selects it: a task's
+# init_transactions took 0.05 s, and 0.5 s one time in four. Connecting to the brokers it
+# learns at once, it takes 3 ms (benchmarks/NOTES.md). A task's producer writes to every
+# partition of its output topics, so it connects to their leaders anyway.
+BATCH_PRODUCER = {"linger.ms": BATCH_LINGER_MS, "enable.sparse.connections": False}
+
 
 class ResumableWriter:
     """One task's transactional producer with a progress marker (see the module docstring).
@@ -48,13 +55,13 @@ class ResumableWriter:
                  limits: Mapping[str, tuple[int | None, int | None]] | None = None, timeout_s: float = 60.0) -> None:
         self.timeout_s = timeout_s
         self.marker = TopicPartition(*marker)
-        self.output = KafkaOutput({**settings, "linger.ms": BATCH_LINGER_MS, **(producer or {}),
+        self.output = KafkaOutput({**settings, **BATCH_PRODUCER, **(producer or {}),
                                    "transaction.timeout.ms": 600_000}, transactional_id)
         if limits:
             self.output.limit_timestamps(limits)
         self.produce = self.output.produce  # the Output protocol's call, as the runner makes it
         self._group = Consumer({**settings, "group.id": marker_group, "enable.auto.commit": False,
-                                "logger": CLIENT_LOG})
+                                "enable.sparse.connections": False, "logger": CLIENT_LOG})
 
     def resume(self) -> int:
         """Fence every earlier attempt, and return the position it committed (0: none)."""
