@@ -11,12 +11,12 @@ from pathlib import Path
 
 import click
 
-from framework.cli.run import load_pipeline
 from framework.config import Config, is_secret
 from framework.errors import ConfigError
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
 from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
+from framework.pipeline.loading import load_pipeline
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
 from framework.replay.submit import cache_dir, command, connector_jars, environment, package
 from framework.runtime.topics import ensure_service_topics, producer_max_bytes, size_config, written_limits

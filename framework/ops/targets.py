@@ -28,7 +28,7 @@ def is_target(service: str) -> bool:
 
 def load_service(target: str) -> Pipeline:
     """The pipeline ``target`` (``module:attribute``) names, imported from the current directory."""
-    from framework.cli.run import load_pipeline
+    from framework.pipeline.loading import load_pipeline
 
     return load_pipeline(target)
 

@@ -68,7 +68,7 @@ def _setup(plan_json: str) -> tuple[ReplayPlan, Any]:
     if "plan" not in _READY:
         plan = ReplayPlan.from_json(plan_json)
         _unpack_schemas()
-        from framework.cli.run import load_pipeline
+        from framework.pipeline.loading import load_pipeline
 
         pipeline = load_pipeline(plan.target)
         if plan.definition and definition_of(pipeline) != plan.definition:
