@@ -6,6 +6,8 @@ the spark-submit command."""
 from __future__ import annotations
 
 import random
+import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +19,8 @@ from framework.pipeline import Pipeline, Topic
 from framework.replay.plan import (ReplayPlan, check_contract, definition_of, input_stages, stage_topics,
                                    store_stages)
 from framework.replay.stage import merge_sources, merge_streams, run_locally
-from framework.replay.submit import LOCAL_JIT, command
+from framework.replay.daemon_path.fw_local_daemon import _installed_copies
+from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, command
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
 from framework import TumblingWindows
@@ -189,3 +192,48 @@ def test_a_cluster_replay_keeps_the_jvms_own_compilers(tmp_path) -> None:
     cmd = command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master="spark://127.0.0.1:7077", confs=[],
                   name="x")
     assert LOCAL_JIT not in _confs(cmd)
+
+
+@pytest.mark.parametrize("master", ["local[*]", "local[1]", "local[2,3]"])
+def test_a_local_replays_workers_start_from_the_daemon_that_imports_the_installed_pyspark(master: str,
+                                                                                            tmp_path) -> None:
+    def confs(*own: str) -> list[str]:
+        return _confs(command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master=master, confs=list(own),
+                              name="x"))
+
+    ours = [f"spark.python.daemon.module={LOCAL_DAEMON.stem}", f"spark.executorEnv.PYTHONPATH={LOCAL_DAEMON.parent}"]
+    assert all(c in confs() for c in ours) and LOCAL_DAEMON.is_file()
+    for own in ("spark.executorEnv.PYTHONPATH=/opt/lib", "spark.python.daemon.module=pyspark.daemon",
+                "spark.python.use.daemon=false"):
+        assert not any(c in confs(own) for c in ours) and own in confs(own)
+    cluster = command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master="spark://127.0.0.1:7077", confs=[],
+                      name="x")
+    assert not any(c.startswith("spark.python.daemon.module") for c in _confs(cluster))
+
+
+def _package(root: Path, name: str, version: str | None = None) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text("")
+    if version:
+        (root / name / "version.py").write_text(f"__version__ = '{version}'\n")
+
+
+def _zip(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("pyspark/__init__.py", "")
+    return str(path)
+
+
+def test_the_daemon_drops_only_sparks_zips_of_the_installed_packages(tmp_path) -> None:
+    site = tmp_path / "site-packages"
+    _package(site, "pyspark")
+    _package(site, "py4j", "0.10.9.9")
+    lib = site / "pyspark" / "python" / "lib"
+    own, py4j = _zip(lib / "pyspark.zip"), _zip(lib / "py4j-0.10.9.9-src.zip")
+    older_py4j = _zip(lib / "py4j-0.10.9.7-src.zip")
+    elsewhere = _zip(tmp_path / "spark-home" / "python" / "lib" / "pyspark.zip")
+    assert _installed_copies([own, py4j, str(site)]) == [own, py4j]
+    assert _installed_copies([older_py4j, str(site)]) == []  # another py4j than the one installed
+    assert _installed_copies([elsewhere, str(site)]) == []  # a Spark of its own: not the installed package
+    assert _installed_copies([own, py4j]) == []  # no pyspark installed: Spark's zips are all there is
