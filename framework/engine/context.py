@@ -88,6 +88,15 @@ class TaskContext:
     def store(self, name: str) -> CachedPartition:
         return self.stores[name]
 
+    def sender(self, topic: str) -> tuple[Callable[..., None], str]:
+        """How a step sends its records to ``topic``: the output's call, and the topic name it
+        passes. An output may route a topic (``route(topic)``: the call and name to use, or
+        None): a replay task's outputs go straight to its producer, under their renamed
+        topics, with no call of its own in between."""
+        route = getattr(self.output, "route", None)
+        routed = route(topic) if route is not None else None
+        return routed if routed is not None else (self.output.produce, topic)
+
     def now_ms(self) -> int:
         return self.time.now_ms()
 
@@ -116,7 +125,8 @@ class TaskContext:
 
             return drop
         ks, vs = topic.key_serde.bind(topic.name, True).serialize, topic.value_serde.bind(topic.name, False).serialize
-        produce, name = self.output.produce, topic.name
+        name = topic.name
+        produce, written = self.sender(name)
 
         def send(k: Any, v: Any, ts: int) -> None:
             self.count(metric)
@@ -127,7 +137,7 @@ class TaskContext:
                                          None, step.name, fix=f"give the late topic serdes that fit the step's "
                                          f"input: late=Topic({name!r}, key_serde=..., value_serde=...)") from exc
             try:
-                produce(name, kb, vb, ts)
+                produce(written, kb, vb, ts)
             except RecordError as exc:  # the producer refused it: this record's error
                 raise exc.in_step(step.name)
 

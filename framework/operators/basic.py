@@ -109,7 +109,8 @@ def build_key_by(step: S.KeyBy, ctx: TaskContext, down: S.Push) -> S.Push:
 def build_sink(step: S.Sink, ctx: TaskContext, down: S.Push) -> S.Push:
     t = step.topic
     ks, vs = t.key_serde.bind(t.name, True).serialize, t.value_serde.bind(t.name, False).serialize
-    produce, topic, name = ctx.output.produce, t.name, step.name
+    topic, name = t.name, step.name
+    produce, written = ctx.sender(topic)
 
     def push(k: Any, v: Any, ts: int) -> None:
         try:
@@ -119,7 +120,7 @@ def build_sink(step: S.Sink, ctx: TaskContext, down: S.Push) -> S.Push:
             raise SerializationError(f"cannot encode the output for {topic!r}: {type(exc).__name__}: {exc}",
                                      None, name, fix=f"make the step's output match {topic!r}'s serdes") from exc
         try:
-            produce(topic, kb, vb, ts)
+            produce(written, kb, vb, ts)
         except RecordError as exc:  # the producer refused it: this record's error
             raise exc.in_step(name)
 

@@ -75,7 +75,24 @@ class StageOutput:
         # (``keep``, a Parquet backfill), or dropped; ``count`` of those written or kept
         self.sink: Callable[..., None] | None = None
         self.keep = False
-        self.count = 0
+        self._count = 0
+        # ``direct``: the producer's call, which the steps that write outputs call themselves
+        # (``route``), and its counts per topic. Set before the task starts when every output is
+        # written (an attempt with nothing committed before it): a call of this class in between
+        # cost 0.15 µs per output, about 2% of a W1 or W2 task.
+        self.direct: Callable[..., None] | None = None
+        self.direct_counts: dict[str, int] | None = None
+
+    def route(self, topic: str) -> tuple[Callable[..., None], str] | None:
+        renamed = self.outputs.get(topic) if self.direct is not None else None
+        return None if renamed is None else (self.direct, renamed)  # type: ignore[return-value]
+
+    @property
+    def count(self) -> int:
+        """Outputs written or kept so far."""
+        if self.direct_counts is not None:
+            return sum(self.direct_counts.get(t, 0) for t in self.outputs.values())
+        return self._count
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
                 headers: Any = None, partition: int | None = None) -> None:
@@ -87,10 +104,10 @@ class StageOutput:
                                     "topic of a later stage")
             if self.sink is not None:
                 self.sink(renamed, key, value, timestamp, headers, partition)
-                self.count += 1
+                self._count += 1
             elif self.keep:
                 self.out.append((renamed, partition, key, value, timestamp, list(headers) if headers else None))
-                self.count += 1
+                self._count += 1
             return
         if partition is None:
             partition = partition_for(key, self.partitions) if key is not None else self.seq % self.partitions
@@ -155,7 +172,7 @@ class StageTask:
         self.output.keep = keep_outputs
         self.runner = TaskRunner(pipeline, MemoryBackend(), self.output, partitions=plan.partitions,
                                  now_ms=lambda: 0)
-        self.task = self.runner.start(pid)
+        self.task: Any = None  # started by ``run``, once it knows where the outputs go
         self.carried: dict[str, Any] | None = None
         self.counts = {"read": 0, "outputs": 0, "state_entries": 0}
 
@@ -169,6 +186,10 @@ class StageTask:
         skip = self.writer.resume() if self.writer is not None else 0
         since_commit = 0
         output = self.output
+        if self.write_outputs and skip == 0:
+            assert self.writer is not None
+            output.direct, output.direct_counts = self.writer.produce, self.writer.output.produced
+        self.task = self.runner.start(self.pid)
         for batch in _batches(chunks, self.plan.batch_size, self._carry):
             # a batch an earlier attempt committed (batches end where commits fall) writes nothing
             if self.write_outputs:

@@ -18,7 +18,7 @@ from framework.kafka.offsets import parse_time
 from framework.pipeline import Pipeline, Topic
 from framework.replay.plan import (ReplayPlan, check_contract, definition_of, input_stages, stage_topics,
                                    store_stages)
-from framework.replay.stage import merge_sources, merge_streams, run_locally
+from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
 from framework.replay.daemon_path.fw_local_daemon import _installed_copies
 from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, command
 from framework.serde import AvroSerde, StringSerde, load_schema
@@ -147,6 +147,23 @@ def test_the_stages_in_process_give_the_test_drivers_results() -> None:
     sums_live, sums_replay = live("even-odd-sums-t"), replayed("even-odd-sums-t")
     assert {k: len(v) for k, v in sums_replay.items()} == {k: len(v) for k, v in sums_live.items()}
     assert {k: v[-1] for k, v in sums_replay.items()} == {k: v[-1] for k, v in sums_live.items()}
+
+
+def test_a_task_whose_outputs_all_go_out_has_its_steps_call_the_producer_under_the_renamed_topics() -> None:
+    out = StageOutput(["sums-rp"], {"sums": "sums-x", "dead": "dead-x"}, 4, 0)
+    assert out.route("sums") is None  # until the task knows every output is written: through produce
+    counts: dict[str, int] = {}
+
+    def producer(topic: str, *record: object) -> None:
+        counts[topic] = counts.get(topic, 0) + 1
+
+    out.direct, out.direct_counts, out.sink = producer, counts, producer
+    assert out.route("sums") == (producer, "sums-x")
+    assert out.route("sums-rp") is None  # a repartition topic's records stay rows of the next stage
+    producer("sums-x", b"k", b"1", 5)  # as a sink step calls it
+    out.produce("dead", b"k", None, 5)  # a dead letter still comes through produce
+    out.produce("sums-rp", b"k", b"1", 5)
+    assert out.count == 2 and counts == {"sums-x": 1, "dead-x": 1} and len(out.take_rows()) == 1
 
 
 def test_arrow_batches_become_runs_of_records_per_task_with_their_headers_and_clocks() -> None:
