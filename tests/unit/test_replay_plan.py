@@ -154,10 +154,15 @@ def test_a_task_whose_outputs_all_go_out_has_its_steps_call_the_producer_under_t
     assert out.route("sums") is None  # until the task knows every output is written: through produce
     counts: dict[str, int] = {}
 
-    def producer(topic: str, *record: object) -> None:
-        counts[topic] = counts.get(topic, 0) + 1
+    class Producer:  # what a KafkaOutput offers the task: its produce, its counts per topic
+        produced = counts
 
-    out.direct, out.direct_counts, out.sink = producer, counts, producer
+        @staticmethod
+        def produce(topic: str, *record: object) -> None:
+            counts[topic] = counts.get(topic, 0) + 1
+
+    producer = Producer.produce
+    out.direct, out.sink = Producer(), producer  # type: ignore[assignment]
     assert out.route("sums") == (producer, "sums-x")
     assert out.route("sums-rp") is None  # a repartition topic's records stay rows of the next stage
     producer("sums-x", b"k", b"1", 5)  # as a sink step calls it
