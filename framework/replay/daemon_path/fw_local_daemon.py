@@ -23,33 +23,29 @@ from importlib.machinery import PathFinder
 
 
 def _installed_copies(path: list[str]) -> list[str]:
-    """The entries of ``path`` that are Spark's zips of an installed pyspark and py4j."""
+    """The entries of ``path`` that are Spark's zips of the installed pyspark and py4j: lying
+    inside the installed pyspark package, and for py4j of the installed py4j's version."""
     zips = [p for p in path if p.endswith(".zip") and os.path.basename(p).startswith(("pyspark", "py4j"))]
     rest = [p for p in path if p not in zips]
     spark = PathFinder.find_spec("pyspark", rest)
     if spark is None or spark.origin is None:
         return []
     home = os.path.dirname(os.path.realpath(spark.origin)) + os.sep
-    drop = []
-    for z in zips:
-        if not os.path.realpath(z).startswith(home):
-            continue
-        name = os.path.basename(z)
-        if name == "pyspark.zip":
-            drop.append(z)
-            continue
-        py4j = PathFinder.find_spec("py4j", rest)
-        version = re.fullmatch(r"py4j-(.+)-src\.zip", name)
-        if py4j is not None and py4j.origin is not None and version is not None:
-            installed = os.path.join(os.path.dirname(py4j.origin), "version.py")
-            try:
-                with open(installed, encoding="utf-8") as f:
-                    text = f.read()
-            except OSError:
-                continue
-            if f"'{version.group(1)}'" in text or f'"{version.group(1)}"' in text:
-                drop.append(z)
-    return drop
+    same = {"pyspark.zip", f"py4j-{_installed_version('py4j', rest)}-src.zip"}
+    return [z for z in zips if os.path.realpath(z).startswith(home) and os.path.basename(z) in same]
+
+
+def _installed_version(name: str, path: list[str]) -> str | None:
+    """``__version__`` of the package ``name`` on ``path`` (its ``version.py``), read, not imported."""
+    spec = PathFinder.find_spec(name, path)
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "version.py"), encoding="utf-8") as f:
+            found = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", f.read())
+    except OSError:
+        return None
+    return found.group(1) if found else None
 
 
 def main() -> None:
