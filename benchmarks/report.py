@@ -34,7 +34,31 @@ def _fmt(v: Any, unit: str = "") -> str:
 
 
 def _index(rows: list[dict]) -> dict[tuple[str, str, str], dict]:
-    return {(r["workload"], r["guarantee"], r["system"]): r for r in rows}
+    return {(r["workload"], r["guarantee"], r["system"]): r
+            for r in _medians(rows, lambda r: (r["workload"], r["guarantee"], r["system"]), "records_per_s")}
+
+
+def _medians(rows: list[dict], key: Any, metric: str) -> list[dict]:
+    """One run per ``key``: of the runs of ``benchmarks/run --repeat N``, the one with the
+    median ``metric`` (of an even number, the lower of the middle two), a real run whose
+    numbers belong together, with every run's ``metric`` in run order (``rounds``)."""
+    groups: dict[Any, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    out = []
+    for runs in groups.values():
+        if len(runs) == 1:
+            out.append(runs[0])
+            continue
+        middle = sorted(runs, key=lambda r: r.get(metric) or 0)[(len(runs) - 1) // 2]
+        out.append({**middle, "rounds": [r.get(metric) for r in runs]})
+    return out
+
+
+def _spread(r: dict) -> str:
+    """`` (median of a / b / c)`` for a run chosen among repeated ones."""
+    rounds = r.get("rounds")
+    return f" (median of {' / '.join(_fmt(v) for v in rounds)})" if rounds else ""
 
 
 def _systems(d: dict) -> list[str]:
@@ -389,6 +413,12 @@ def _replay_profiles(e: dict) -> list[str]:
     return out
 
 
+def _rounds(e: dict) -> str:
+    n = e["config"].get("repeat", 1)
+    return (f"{n} rounds, a workload's live runs and replays alternating: each row is the run with the median "
+            "records/s, the others in parentheses; ") if n > 1 else ""
+
+
 def _stage_counts(e: dict) -> str:
     counts = sorted({len(r.get("stages") or []) for r in e["replay"] if r.get("stages")})
     if counts == [1]:
@@ -435,6 +465,8 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
         "",
     ]
     for name, e in sources:
+        e = {**e, "replay": _medians(e["replay"], lambda r: (r["workload"], r["master"], _reader(r)),
+                                     "job_records_per_s")}
         live = _index(e["throughput"])
         masters = list(dict.fromkeys(r["master"] for r in e["replay"]))
         m = e["machine"]
@@ -442,7 +474,7 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
             f"From `benchmarks/results/{name}` (run {e['run']}{', ' + e['label'] if e.get('label') else ''}; "
             f"{e['config']['records']:,} records plus one sentinel per partition, {e['config']['partitions']} "
             f"partitions = {e['config']['partitions']} Spark tasks per stage, {_stage_counts(e)}; pyspark "
-            f"{m.get('pyspark', '?')}, {m['cores']} cores; load average {', '.join(f'{x:.2f}' for x in e['loadavg_at_start'])} "
+            f"{m.get('pyspark', '?')}, {m['cores']} cores; {_rounds(e)}load average {', '.join(f'{x:.2f}' for x in e['loadavg_at_start'])} "
             f"at the start, {', '.join(f'{x:.2f}' for x in e.get('loadavg_at_end', []))} at the end).",
             "",
         ]
@@ -454,13 +486,13 @@ def replay_section(sources: list[tuple[str, dict]]) -> list[str]:
                       "|---|---:|---:|---:|---:|---:|---:|---:|:-:|"]
             if lv:
                 rate = _fmt(lv.get('records_per_s'))
-                lines.append(f"| live `fw-1`, exactly-once | {rate} | {rate} | {rate} | {rate} | "
+                lines.append(f"| live `fw-1`, exactly-once | {rate}{_spread(lv)} | {rate} | {rate} | {rate} | "
                              f"{_fmt(lv.get('lag_zero_s'))} | {_fmt(lv.get('cpu_s_per_million'))} | {_busy(lv)} | "
                              f"{_check(lv)} |")
             for r in sorted(rows, key=lambda r: (_reader(r), masters.index(r["master"]))):
                 status = "" if r.get("status") == "ok" else f" ({r.get('status')})"
                 job_cpu = f" ({_fmt(r['job_cpu_s_per_million'])})" if r.get("job_cpu_s_per_million") else ""
-                lines.append(f"| replay {_run_name(r)}{status} | {_fmt(r.get('job_records_per_s'))} | "
+                lines.append(f"| replay {_run_name(r)}{status} | {_fmt(r.get('job_records_per_s'))}{_spread(r)} | "
                              f"{_fmt(r.get('processing_records_per_s'))} | {_fmt(r.get('records_per_s_per_core'))} | "
                              f"{_fmt(_per_core(r, 'processing_records_per_s'))} | {_fmt(r.get('wall_s'))} "
                              f"({_fmt(r.get('job_s'))}) | {_fmt(r.get('cpu_s_per_million'))}{job_cpu} | "

@@ -436,11 +436,12 @@ class Ctx:
     logs: Path
     cores: int
     results: dict[str, Any] = field(default_factory=dict)
+    round: int = 0  # of --repeat: each round's runs have topics and groups of their own
 
 
 def _names(ctx: Ctx, phase: str, system: str, workload: str, guarantee: str) -> tuple[str, str]:
     g = "eos" if guarantee == "exactly_once" else "alo"
-    base = f"bench-{ctx.run_id}-{phase}-{system}-{workload}-{g}"
+    base = f"bench-{ctx.run_id}-{phase}-{system}-{workload}-{g}" + (f"-r{ctx.round}" if ctx.round else "")
     return base, f"{base}-out"
 
 
@@ -930,6 +931,10 @@ def main() -> None:
                          "(--subprocesses: the Python workers and the driver), top functions into the results")
     ap.add_argument("--profile", action="store_true", help="also profile the framework (1 process) with py-spy")
     ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="throughput and replay phases: run every case this many times, a workload's live runs "
+                         "and replays alternating round after round; the report takes the run with the median "
+                         "records/s and shows the others")
     ap.add_argument("--label", default="", help="written into the results (e.g. smoke)")
     ap.add_argument("--keep-topics", action="store_true")
     args = ap.parse_args()
@@ -958,7 +963,7 @@ def main() -> None:
                    "window_ms": WINDOW_MS, "watermark_bound_ms": BOUND_MS, "session_gap_ms": GAP_MS,
                    "kstreams_threads": args.ks_threads, "fw_processes_n": ctx.cores,
                    "latency_seconds": args.latency_seconds, "latency_warmup_s": args.latency_warmup,
-                   "replay_masters": masters, "replay_readers": readers},
+                   "replay_masters": masters, "replay_readers": readers, "repeat": args.repeat},
         "systems": {s: SYSTEM_NAMES[s] for s in systems}, "workloads": {w: WORKLOADS[w] for w in workloads},
         "throughput": [], "latency": [], "profile": {},
     }
@@ -987,11 +992,14 @@ def main() -> None:
             log(f"backlog: {total:,} records in {input_topic} ({time.monotonic() - t:.1f}s)")
             for w in workloads:
                 expected = reference(w, events)
-                for g in guarantees:
-                    if "throughput" in phases:
+                for rnd in range(args.repeat):  # live and replay runs alternate, round after round
+                    ctx.round = rnd
+                    if args.repeat > 1:
+                        log(f"{w}: round {rnd + 1} of {args.repeat}")
+                    for g in guarantees if "throughput" in phases else ():
                         for s in systems:
                             log(f"throughput {w} {g} {s} ...")
-                            r = throughput_run(ctx, s, w, g, input_topic, total, expected)
+                            r = {**throughput_run(ctx, s, w, g, input_topic, total, expected), "round": rnd}
                             results["throughput"].append(r)
                             save()
                             log(f"  -> {r.get('records_per_s')} rec/s, cpu {r.get('cpu_s_per_million')} s/M, "
@@ -999,32 +1007,28 @@ def main() -> None:
                                 f"[{r['status']}]")
                             if s.startswith("fw") and r.get("records_per_s"):
                                 best[(w, g)] = max(best.get((w, g), 0), r["records_per_s"])
-                    if args.profile:
-                        log(f"profile {w} {g} (fw-1 under py-spy) ...")
-                        r = throughput_run(ctx, "fw-1", w, g, input_topic, total, expected, profile=True)
-                        results["profile"][f"{w}/{g}"] = {"records_per_s_under_profiler": r.get("records_per_s"),
-                                                          **summarize_profile(Path(r["profile_file"]))}
-                        save()
-            if "replay" in phases:
-                for w in workloads:
-                    expected = reference(w, events)
-                    for reader in readers:
+                    for reader in readers if "replay" in phases else ():
                         for m in masters:
                             log(f"replay {w} on {m}, reader {reader} ...")
-                            r = replay_run(ctx, w, m, input_topic, total, expected, reader=reader)
+                            r = {**replay_run(ctx, w, m, input_topic, total, expected, reader=reader), "round": rnd}
                             results["replay"].append(r)
                             save()
                             log(f"  -> job {r.get('job_records_per_s')} rec/s in {r.get('job_s')} s, "
                                 f"wall {r['wall_s']} s, cpu {r.get('cpu_s_per_million')} s/M, "
                                 f"check {'ok' if r['check']['ok'] else r['check']} [{r['status']}]")
-                    if args.replay_profile and masters:
-                        log(f"replay {w} on {masters[0]}, reader {readers[0]}, under py-spy ...")
-                        r = replay_run(ctx, w, masters[0], input_topic, total, expected, profile=True,
-                                       reader=readers[0])
-                        results["replay_profile"][f"{w}/{masters[0]}/{readers[0]}"] = {
-                            "job_records_per_s_under_profiler": r.get("job_records_per_s"),
-                            "cpu_s_by_part": r.get("cpu_s_by_part"), **r.get("profile", {})}
-                        save()
+                for g in guarantees if args.profile else ():
+                    log(f"profile {w} {g} (fw-1 under py-spy) ...")
+                    r = throughput_run(ctx, "fw-1", w, g, input_topic, total, expected, profile=True)
+                    results["profile"][f"{w}/{g}"] = {"records_per_s_under_profiler": r.get("records_per_s"),
+                                                      **summarize_profile(Path(r["profile_file"]))}
+                    save()
+                if args.replay_profile and masters:
+                    log(f"replay {w} on {masters[0]}, reader {readers[0]}, under py-spy ...")
+                    r = replay_run(ctx, w, masters[0], input_topic, total, expected, profile=True, reader=readers[0])
+                    results["replay_profile"][f"{w}/{masters[0]}/{readers[0]}"] = {
+                        "job_records_per_s_under_profiler": r.get("job_records_per_s"),
+                        "cpu_s_by_part": r.get("cpu_s_by_part"), **r.get("profile", {})}
+                    save()
             del events
         if "latency" in phases:
             for w in workloads:
