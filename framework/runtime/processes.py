@@ -4,8 +4,10 @@ Each child is a fresh ``fw run`` with its own ``--instance-id``, the same across
 so each has its own transactional.id: a restarted child fences its killed predecessor's
 transaction at once instead of waiting for the transaction timeout. Given ``--instance-id ID``,
 child i is ``ID-i`` and a static group member (``group.instance.id``): restarted, it takes its
-partitions back without a rebalance. Without one, child i is ``i`` and a dynamic member: ids
-0..N-1 repeat on every host, and static ids must be unique in the group. A child that dies
+partitions back without a rebalance. Without one, child i is ``<host>-i`` (this machine's
+host name: a container's is its own) and a dynamic member: with the same ids on every host,
+members of two hosts would share a transactional id, and one starting would fence the other.
+A child that dies
 from a signal is restarted; one that exits with an error is not (it would fail again the same
 way).
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -87,5 +90,5 @@ def supervise(target: str, processes: int, extra_args: list[str], config: Config
 
 
 def child_ids(processes: int, instance_id: str | None) -> list[str]:
-    """The instance id of each child: ``<instance_id>-<i>``, or ``i`` without one."""
-    return [f"{instance_id}-{i}" if instance_id else str(i) for i in range(processes)]
+    """The instance id of each child: ``<instance_id>-<i>``, or ``<host name>-<i>`` without one."""
+    return [f"{instance_id or socket.gethostname()}-{i}" for i in range(processes)]

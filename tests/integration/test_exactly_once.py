@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
-
+from framework.runtime.processes import child_ids
 from tests.integration.harness import (
     EvenOddOutputs,
     ServiceProcess,
@@ -171,7 +171,7 @@ def test_processes_option_runs_group_members_and_stops_cleanly(kafka_bootstrap: 
     wait_until(out.complete, 300, "all outputs", lambda: f"{out.drain()}\n{svc.log_text()[-3000:]}")
     assert svc.stop() == 0
     log = svc.log_text()
-    assert "instance 0 starting" in log and "instance 1 starting" in log
-    assert "instance 0 stopped" in log and "instance 1 stopped" in log
+    for instance in child_ids(2, None):  # <host>-0, <host>-1
+        assert f"instance {instance} starting" in log and f"instance {instance} stopped" in log
     _check_exactly_once(out)
     _check_final_state(kafka_bootstrap, unique)

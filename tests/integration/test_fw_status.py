@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from framework.cli import cli
+from framework.runtime.processes import child_ids
 from tests.integration.harness import ROOT, ServiceProcess, produce, service_env, wait_until
 
 pytestmark = pytest.mark.integration
@@ -121,7 +122,8 @@ def test_fw_status_of_a_two_process_service(kafka_bootstrap: str, unique: str, t
         document = seen[-1]
         assert document["service"] == group
         members = document["members"]
-        assert sorted(m["instance"] for m in members) == ["0", "1"]
+        first, second = child_ids(2, None)  # <host>-0 and <host>-1
+        assert sorted(m["instance"] for m in members) == [first, second]
         for m in members:
             # bound to every interface: no host in the client.id, the broker's view of the member's
             port = m["endpoint"].rpartition(":")[2]
@@ -136,8 +138,8 @@ def test_fw_status_of_a_two_process_service(kafka_bootstrap: str, unique: str, t
         assert code == 0, table
         assert table.startswith(f"service {group}  group Stable  members 2  committed lag "), table
         shown = _table_rows(table)
-        assert sorted(shown) == ["0", "1"], table
-        assert set(shown["0"]) | set(shown["1"]) == tasks and not set(shown["0"]) & set(shown["1"]), table
+        assert sorted(shown) == [first, second], table
+        assert set(shown[first]) | set(shown[second]) == tasks and not set(shown[first]) & set(shown[second]), table
         assert {cells for rows in shown.values() for cells in rows.values()} == {("running", "0")}, table
         for m in members:
             assert f"member {m['instance']} ({m['endpoint']}): running, healthy, ready; pid " in table

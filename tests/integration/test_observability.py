@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from framework.runtime.processes import child_ids
 from tests.integration.harness import (
     ServiceProcess,
     get_json,
@@ -203,12 +204,12 @@ def test_the_supervisor_of_two_processes_sums_their_metrics_and_lists_both(
 
         wait_until(both_done, 120, "both children's counts summed and both ready", svc.log_text)
         members = get_json(url + "/status")[1]["members"]
-        assert sorted(m["instance"] for m in members) == ["0", "1"]
+        assert sorted(m["instance"] for m in members) == child_ids(2, None)  # <host>-0, <host>-1
         assert sum(m["records_processed"] for m in members) == 2 * n  # the source and the repartition topic
         owned = sorted(p["partition"] for m in members for p in m["partitions"])
         assert owned == [0, 1, 2, 3]  # every task in exactly one child
         info = metric_values(url + "/metrics", "fw_member_info")
-        assert sorted(dict(labels)["instance"] for labels in info) == ["0", "1"]
+        assert sorted(dict(labels)["instance"] for labels in info) == child_ids(2, None)
         assert get_json(url + "/health")[0] == 200
     finally:
         assert svc.stop() == 0
