@@ -416,7 +416,7 @@ def _replay_profiles(e: dict) -> list[str]:
 def _rounds(e: dict) -> str:
     n = e["config"].get("repeat", 1)
     return (f"{n} rounds, a workload's live runs and replays alternating: each row is the run with the median "
-            "records/s, the others in parentheses; ") if n > 1 else ""
+            "records/s, every run's records/s in parentheses; ") if n > 1 else ""
 
 
 def _stage_counts(e: dict) -> str:
