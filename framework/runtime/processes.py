@@ -7,9 +7,8 @@ child i is ``ID-i`` and a static group member (``group.instance.id``): restarted
 partitions back without a rebalance. Without one, child i is ``<host>-i`` (this machine's
 host name: a container's is its own) and a dynamic member: with the same ids on every host,
 members of two hosts would share a transactional id, and one starting would fence the other.
-A child that dies
-from a signal is restarted; one that exits with an error is not (it would fail again the same
-way).
+A child that dies from a signal is restarted; one that exits with an error is not (it would
+fail again the same way).
 
 The supervisor serves the status endpoint at the configured port for all the children
 (``framework.observe.supervisor``); each child serves its own on a free port.
