@@ -311,25 +311,33 @@ class GroupConsumer:
             out[key] = (end, tp.offset if tp.offset >= 0 else committed)
         return out
 
-    def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
+    def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], Iterable[TP]],
                   on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None]) -> None:
-        """Join the group. ``on_assign`` gets the partitions added, ``on_revoke`` and ``on_lost``
-        those taken away: all of them under the eager classic protocol, only those that move
-        under the consumer protocol (the others keep being consumed meanwhile)."""
+        """Join the group. ``on_assign`` gets the partitions added and returns those to hold
+        paused (until ``resume``); ``on_revoke`` and ``on_lost`` get those taken away: all of
+        them under the eager classic protocol, only those that move under the consumer
+        protocol (the others keep being consumed meanwhile).
+
+        Only the held partitions are paused. librdkafka starts a new partition's fetcher from
+        its own thread once it knows where to start; a pause or resume the application issues
+        at that moment can take a newer version than the start, which is then dropped as
+        outdated: the partition is never fetched, and nothing says so. A partition with no
+        state to restore is therefore never paused and resumed on its way in."""
         def assigned(consumer: Consumer, parts: list[TopicPartition]) -> None:
             if self.incremental:
                 consumer.incremental_assign(parts)
             else:
                 consumer.assign(parts)
-            on_assign([(tp.topic, tp.partition) for tp in parts])
+            self.pause(on_assign([(tp.topic, tp.partition) for tp in parts]))
 
         def released(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            # a pause outlives the assignment in librdkafka: lift it, or the partition would
+            # still be paused when it comes back
+            self.resume([(tp.topic, tp.partition) for tp in parts])
             if self.incremental:
                 consumer.incremental_unassign(parts)
-                self.paused.difference_update((tp.topic, tp.partition) for tp in parts)
             else:
                 consumer.unassign()
-                self.paused.clear()
 
         def revoked(consumer: Consumer, parts: list[TopicPartition]) -> None:
             on_revoke([(tp.topic, tp.partition) for tp in parts])
@@ -351,7 +359,9 @@ class GroupConsumer:
             self.paused.update((tp.topic, tp.partition) for tp in parts)
 
     def resume(self, tps: Iterable[TP]) -> None:
-        parts = [TopicPartition(t, p) for t, p in tps]
+        """Resume those of ``tps`` that ``pause`` or ``subscribe`` paused (no others: a resume
+        is a versioned operation in librdkafka like a pause, see ``subscribe``)."""
+        parts = [TopicPartition(t, p) for t, p in tps if (t, p) in self.paused]
         if parts:
             self._c.resume(parts)
             self.paused.difference_update((tp.topic, tp.partition) for tp in parts)
@@ -360,7 +370,8 @@ class GroupConsumer:
         """``(position, end offset)`` of every assigned partition whose end is past its
         position: records wait there. The end is the client's cached high watermark (control
         markers and aborted records are skipped by the position, so a partition read to its
-        end shows none); where nothing was consumed yet the committed offset is the position."""
+        end shows none), or the broker's where the client has none (a partition never
+        fetched); where nothing was consumed yet the committed offset is the position."""
         positions = self._c.position(self._c.assignment())
         unknown = [TopicPartition(tp.topic, tp.partition) for tp in positions if tp.offset < 0]
         committed = {}
@@ -376,6 +387,8 @@ class GroupConsumer:
             pos = tp.offset if tp.offset >= 0 else max(committed.get(key, 0), 0)
             try:
                 _, end = self._c.get_watermark_offsets(tp, cached=True)
+                if end < 0:
+                    _, end = self._c.get_watermark_offsets(tp, timeout=timeout_s)
             except KafkaException:
                 continue
             if end > pos:

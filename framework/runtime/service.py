@@ -281,20 +281,22 @@ class Service:
         if self.observer is not None:
             self.observer.publish()
 
-    def _on_assign(self, tps: list[TP]) -> None:
+    def _on_assign(self, tps: list[TP]) -> list[TP]:
+        """Start the new partitions' tasks, or their restores; returns the input partitions
+        to hold paused until their restore is done (``_restored`` resumes them)."""
         self.assigned |= set(tps)
         self.has_assignment = True
         self.rebalances["assigned"] += 1
         numbers = sorted({p for _, p in tps} - set(self.runner.tasks) - set(self.restorer.pending))
         log.info("assigned partitions %s", numbers)
         if numbers:
-            self.consumer.pause([tp for tp in tps if tp[1] in numbers])
             if self.standby is not None:
                 self.standby.release(numbers)  # their copies become the start of the restore
-            self.restorer.start(numbers)
+            self.restorer.start(numbers)  # those with nothing to restore start at once
         if self.standby is not None:
             self.standby.refresh_soon()
         self._publish()
+        return [tp for tp in tps if tp[1] in self.restorer.pending]
 
     def _active_tasks(self) -> set[int]:
         """The tasks this member runs, restores or is assigned: never standbys."""
