@@ -318,17 +318,20 @@ class GroupConsumer:
         them under the eager classic protocol, only those that move under the consumer
         protocol (the others keep being consumed meanwhile).
 
-        Only the held partitions are paused. librdkafka starts a new partition's fetcher from
-        its own thread once it knows where to start; a pause or resume the application issues
-        at that moment can take a newer version than the start, which is then dropped as
-        outdated: the partition is never fetched, and nothing says so. A partition with no
-        state to restore is therefore never paused and resumed on its way in."""
+        Only the held partitions are paused, at once after they are assigned (``on_assign``
+        runs before). librdkafka starts a new partition's fetcher from its own thread once it
+        has the committed offset; a pause or resume the application issues at that moment can
+        take a newer version than the start, which is then dropped as outdated: the partition
+        is never fetched, and nothing says so. A partition with no state to restore is
+        therefore never paused and resumed on its way in, and a held one is paused before its
+        committed offset can have come back."""
         def assigned(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            held = list(on_assign([(tp.topic, tp.partition) for tp in parts]))
             if self.incremental:
                 consumer.incremental_assign(parts)
             else:
                 consumer.assign(parts)
-            self.pause(on_assign([(tp.topic, tp.partition) for tp in parts]))
+            self.pause(held)
 
         def released(consumer: Consumer, parts: list[TopicPartition]) -> None:
             # a pause outlives the assignment in librdkafka: lift it, or the partition would
