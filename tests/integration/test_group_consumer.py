@@ -5,23 +5,24 @@ never be read, with nothing in any log)."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from framework.kafka.clients import TP, GroupConsumer
-from tests.integration.harness import produce_to_partitions
+from tests.integration.harness import produce_to_partitions, wait_until
 
 
-def _consume_until(members: list[GroupConsumer], read: dict[TP, list[bytes]], done: callable, what: str,
-                   timeout_s: float = 60) -> None:
+def _consume_until(members: list[GroupConsumer], read: dict[TP, list[bytes]], done: Callable[[], bool],
+                   what: str) -> None:
     """Poll every member (each must take part in its group's rebalances) until ``done()``."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}: read {read}"
+    def polled() -> bool:
         for member in members:
             for msg in member.consume(100, 0.05):
                 if msg.error() is None:
                     read.setdefault((msg.topic(), msg.partition()), []).append(msg.value())
+        return done()
+
+    wait_until(polled, 60, what, lambda: f"read {read}")
 
 
 def test_a_partition_held_when_it_was_revoked_is_read_when_it_comes_back(kafka_bootstrap: str,
@@ -33,7 +34,7 @@ def test_a_partition_held_when_it_was_revoked_is_read_when_it_comes_back(kafka_b
     first, second = GroupConsumer(settings, group), GroupConsumer(settings, group)
     assigned: dict[str, list[list[TP]]] = {"first": [], "second": []}
 
-    def on_assign(name: str, hold: bool):  # type: ignore[no-untyped-def]
+    def on_assign(name: str, hold: bool) -> Callable[[list[TP]], list[TP]]:
         def assign(tps: list[TP]) -> list[TP]:
             assigned[name].append(sorted(tps))
             return tps if hold and len(assigned[name]) == 1 else []  # held only the first time
