@@ -68,8 +68,10 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
 @click.option("--bootstrap", is_flag=True,
               help="Write the final state into the service's changelogs and commit its group's offsets at the end "
                    "of the range: the live service continues from there.")
-@click.option("--commit-every", default=200_000, show_default=True,
-              help="Backfill and bootstrap: commit each task's writes after this many records.")
+@click.option("--commit-every", default=1_000_000, show_default=True,
+              help="Backfill and bootstrap: commit each task's writes after this many records...")
+@click.option("--commit-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1, max=300),
+              help="...or after this many seconds, whichever comes first.")
 @click.option("--batch-size", default=5_000, show_default=True,
               help="Records a task processes between looks at its outputs (and commits).")
 @click.option("--allow-nondeterministic", is_flag=True,
@@ -79,8 +81,8 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
                    "with the framework's own Kafka client (librdkafka; less CPU, docs/replay.md).")
 @_spark_options
 def replay(target: str, start: str, end: str, archive: str | None, output: str, output_suffix: str, bootstrap: bool,
-           commit_every: int, batch_size: int, allow_nondeterministic: bool, reader: str, master: str,
-           confs: tuple[str, ...], dry_run: bool, config_file: str | None) -> None:
+           commit_every: int, commit_interval: float, batch_size: int, allow_nondeterministic: bool, reader: str,
+           master: str, confs: tuple[str, ...], dry_run: bool, config_file: str | None) -> None:
     """Run the pipeline TARGET (module:pipeline) over history on Spark, as the live service
     would: backfill its outputs, and/or bootstrap its state for the live service."""
     pipeline = load_pipeline(target)
@@ -122,7 +124,8 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=partitions, ranges=ranges,
                       stages=stage_topics(pipeline), output=output, output_suffix=output_suffix, bootstrap=bootstrap,
                       archive=str(Path(archive).resolve()) if archive else None,
-                      allow_nondeterministic=allow_nondeterministic, commit_every=commit_every, batch_size=batch_size,
+                      allow_nondeterministic=allow_nondeterministic, commit_every=commit_every,
+                      commit_interval_s=commit_interval, batch_size=batch_size,
                       changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()],
                       definition=definition_of(pipeline), reader=reader, limits=limits,
                       producer={k: v for k, v in config.kafka.producer.items() if not is_secret(k)})

@@ -139,7 +139,8 @@ class ReplayPlan:
     bootstrap: bool = False
     archive: str | None = None
     batch_size: int = 5_000
-    commit_every: int = 200_000
+    commit_every: int = 1_000_000
+    commit_interval_s: float = 30.0  # and at least this often: the writer's transaction times out after 600 s
     allow_nondeterministic: bool = False
     changelogs: list[str] = field(default_factory=list)  # the service's, created anew by a bootstrap
     definition: str = ""  # the pipeline as fw replay imported it: executors must import the same

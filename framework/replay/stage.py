@@ -185,7 +185,7 @@ class StageTask:
         started, began = time.monotonic(), time.time_ns() // 1_000_000
         done = 0
         skip = self.writer.resume() if self.writer is not None else 0
-        since_commit = 0
+        since_commit, committed_at = 0, time.monotonic()
         output = self.output
         if self.write_outputs and skip == 0:
             assert self.writer is not None
@@ -202,9 +202,11 @@ class StageTask:
             since_commit += len(batch)
             yield from output.take_rows()
             yield from self._outputs()
-            if self.writer is not None and since_commit >= self.plan.commit_every and done > skip:
+            if self.writer is not None and done > skip and (
+                    since_commit >= self.plan.commit_every
+                    or time.monotonic() - committed_at >= self.plan.commit_interval_s):
                 self.writer.commit(done)
-                since_commit = 0
+                since_commit, committed_at = 0, time.monotonic()
         self.counts["read"], self.counts["outputs"] = done, output.count
         yield from self._finish(done, skip)
         metrics = {**self.runner.metrics(), **self.counts, "seconds": round(time.monotonic() - started, 3),

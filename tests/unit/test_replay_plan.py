@@ -171,6 +171,40 @@ def test_a_task_whose_outputs_all_go_out_has_its_steps_call_the_producer_under_t
     assert out.count == 2 and counts == {"sums-x": 1, "dead-x": 1} and len(out.take_rows()) == 1
 
 
+@pytest.mark.parametrize(("every", "interval_s", "commits"), [
+    (10, 3_600.0, [10, 20, 23]),     # by records: at the first batch end at or past each 10 since the last
+    (1_000, 0.0, [5, 10, 15, 20, 22, 23]),  # by time (here: at once): at every batch end
+])
+def test_a_backfill_task_commits_every_n_records_or_s_seconds_whichever_comes_first(
+        every: int, interval_s: float, commits: list[int]) -> None:
+    """A task's writer commits at batch ends (batches of 5 here), after ``commit_every``
+    records or ``commit_interval_s`` seconds since its last commit; the last commit, one past
+    the records, marks the task complete."""
+    p = Pipeline("w")
+    p.source(Topic("in"), name="in").map(lambda v: v, name="same").to(Topic("out"))
+    records = [Record("in", 0, i, b'"k"', b'"v"', 1_000 + i) for i in range(22)]
+    plan = ReplayPlan(target="", service="w", run_id="u", bootstrap_servers="", partitions=1,
+                      ranges={"in": {0: [0, 22]}}, stages=stage_topics(p), batch_size=5, commit_every=every,
+                      commit_interval_s=interval_s)
+    positions: list[int] = []
+
+    class Writer:  # a ResumableWriter's calls, recorded: nothing committed before
+        @staticmethod
+        def resume() -> int:
+            return 0
+
+        @staticmethod
+        def commit(position: int) -> None:
+            positions.append(position)
+
+        @staticmethod
+        def close() -> None:
+            pass
+
+    run_locally(p, plan, {("in", 0): records}, writer_for=lambda stage, pid: Writer())
+    assert positions == commits
+
+
 def test_arrow_batches_become_runs_of_records_per_task_with_their_headers_and_clocks() -> None:
     """What a Spark task's Python worker hands the task runner: each Arrow batch split into
     runs of one task's records, a carried clock on its own, headers decoded from the JSON
