@@ -18,7 +18,7 @@ from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
 from framework.pipeline.loading import load_pipeline
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
-from framework.replay.submit import cache_dir, command, connector_jars, environment, package
+from framework.replay.submit import cache_dir, class_archive, command, connector_jars, environment, package
 from framework.runtime.topics import ensure_service_topics, producer_max_bytes, size_config, written_limits
 
 _RANGE_HELP = ("earliest, latest, committed (the service group's offsets), a time (ISO 8601 or ms since the epoch) "
@@ -44,8 +44,10 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
     plan_path = workdir / "plan.json"
     plan.save(plan_path)
     deps = package(target, workdir)
-    cmd = command(plan_path, deps, connector_jars(), master=master, confs=list(confs),
-                  name=f"fw {mode} {plan.service}", mode=mode)
+    jars = connector_jars()
+    archive = class_archive(jars)
+    cmd = command(plan_path, deps, jars, master=master, confs=list(confs), name=f"fw {mode} {plan.service}",
+                  mode=mode, archive=archive)
     if dry_run:
         click.echo(shlex.join(cmd))
         return
@@ -53,7 +55,13 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
     if config_file:  # the job's driver and (in local mode) executors read the same file as this command
         env["FW_CONFIG"] = str(Path(config_file).resolve())
     click.echo(f"[replay] {mode} of {plan.records:,} records on {master} (run {plan.run_id})")
-    sys.exit(subprocess.run(cmd, env=env).returncode)
+    if archive is not None and any(f"ArchiveClassesAtExit={archive.writing}" in arg for arg in cmd):
+        click.echo(f"[replay] Spark's JVM writes its class archive as it exits, once: later runs start from it sooner "
+                   f"({archive.path.parent})")
+    code = subprocess.run(cmd, env=env).returncode
+    if archive is not None:
+        archive.keep(code == 0)
+    sys.exit(code)
 
 
 @click.command()

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from framework.broker.local import free_port_pair
 from framework.kafka.groups import active_members
-from framework.replay.submit import connector_jars, environment, spark_home
+from framework.replay.submit import cache_dir, connector_jars, environment, spark_home
 from tests.integration.harness import ServiceProcess, produce_to_partitions, read_topic, wait_until
 from tests.integration.replay_harness import (
     Results,
@@ -220,6 +220,31 @@ def _refused(args: list[str], env: dict[str, str], *expected: str) -> None:
     assert len(lines) == 1, done.stderr
     for words in expected:
         assert words in lines[0], lines[0]
+
+
+def test_the_first_replay_writes_the_jvms_class_archive_and_the_next_one_maps_it(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine's first replay (here: a cache of its own, with the usual cache's Spark
+    connector) writes the driver JVM's class-data archive as the JVM exits; later replays name
+    it, and their JVM maps it: with ``-Xshare:on`` a JVM that cannot map it does not start."""
+    case = Case("avro_numbers", avro_numbers, reader="librdkafka")
+    target = f"tests.integration.pipelines:{case.target}"
+    pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
+    connector_jars()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "spark-kafka").symlink_to(cache_dir() / "spark-kafka")
+    env = {**env, "FW_HOME": str(home)}
+
+    first = replay(case, env, "--output", "none")
+    assert "writes its class archive as it exits" in first
+    [archive] = (home / "spark-cds").iterdir()  # and nothing half-written beside it
+    assert archive.suffix == ".jsa"
+    planned = fw_replay(["replay", target, "--allow-nondeterministic", "--master", "local[2]", "--dry-run"], env)
+    assert planned.returncode == 0 and f"-XX:SharedArchiveFile={archive}" in planned.stdout, planned.stderr
+    again = replay(case, env, "--output", "none", "--conf",
+                   f"spark.driver.extraJavaOptions=-XX:SharedArchiveFile={archive} -Xshare:on")
+    assert "writes its class archive" not in again
 
 
 def test_a_wrong_range_or_a_missing_tool_is_refused_in_one_line(kafka_bootstrap: str, unique: str, tmp_path: Path,

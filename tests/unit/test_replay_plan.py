@@ -5,6 +5,7 @@ the spark-submit command."""
 
 from __future__ import annotations
 
+import os
 import random
 import zipfile
 from pathlib import Path
@@ -20,7 +21,7 @@ from framework.replay.plan import (ReplayPlan, check_contract, definition_of, in
                                    store_stages)
 from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
 from framework.replay.daemon_path.fw_local_daemon import _installed_copies
-from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, command
+from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, ClassArchive, command
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
 from framework import TumblingWindows
@@ -248,6 +249,42 @@ def test_a_cluster_replay_keeps_the_jvms_own_compilers(tmp_path) -> None:
     cmd = command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master="spark://127.0.0.1:7077", confs=[],
                   name="x")
     assert LOCAL_JIT not in _confs(cmd)
+
+
+@pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
+def test_the_driver_jvm_writes_its_class_archive_once_and_maps_it_after(master: str, tmp_path) -> None:
+    archive = ClassArchive(tmp_path / "k.jsa", tmp_path / "k.jsa.7.tmp")
+
+    def driver(*confs: str) -> list[str]:
+        cmd = command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master=master, confs=list(confs), name="x",
+                      archive=archive)
+        return [c.partition("=")[2] for c in _confs(cmd) if c.startswith("spark.driver.extraJavaOptions=")]
+
+    [options] = driver()
+    assert f"-XX:ArchiveClassesAtExit={archive.writing}" in options.split()
+    assert ("-XX:TieredStopAtLevel=1" in options.split()) == master.startswith("local")
+    archive.writing.write_bytes(b"written")
+    archive.keep(True)
+    assert archive.path.read_bytes() == b"written" and not archive.writing.exists()
+    [options] = driver()
+    assert f"-XX:SharedArchiveFile={archive.path}" in options.split()
+    assert driver("spark.driver.extraJavaOptions=-Xss4m") == ["-Xss4m"]  # the command's own options alone
+    assert not any("Archive" in o for o in driver("spark.submit.deployMode=cluster"))  # the driver runs elsewhere
+
+
+def test_a_failed_run_leaves_no_class_archive_and_a_new_one_replaces_the_others(tmp_path) -> None:
+    old, stale, running = tmp_path / "old.jsa", tmp_path / "k.jsa.5.tmp", tmp_path / "k.jsa.6.tmp"
+    for f in (old, stale, running):
+        f.write_bytes(b"x")
+    os.utime(stale, (0, 0))  # left by a run killed long ago
+    failed = ClassArchive(tmp_path / "k.jsa", tmp_path / "k.jsa.7.tmp")
+    failed.writing.write_bytes(b"half")
+    failed.keep(False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.jsa.5.tmp", "k.jsa.6.tmp", "old.jsa"]
+    done = ClassArchive(tmp_path / "k.jsa", tmp_path / "k.jsa.8.tmp")
+    done.writing.write_bytes(b"whole")
+    done.keep(True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.jsa", "k.jsa.6.tmp"]
 
 
 @pytest.mark.parametrize("master", ["local[*]", "local[1]", "local[2,3]"])
