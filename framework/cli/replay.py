@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import sys
 import uuid
@@ -18,7 +19,8 @@ from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
 from framework.pipeline.loading import load_pipeline
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
-from framework.replay.submit import cache_dir, class_archive, command, connector_jars, environment, package
+from framework.replay.submit import (cache_dir, class_archive, command, connector_jars, environment, package,
+                                     remove_unused)
 from framework.runtime.topics import ensure_service_topics, producer_max_bytes, size_config, written_limits
 
 _RANGE_HELP = ("earliest, latest, committed (the service group's offsets), a time (ISO 8601 or ms since the epoch) "
@@ -39,11 +41,12 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
     for conf in confs:
         if "=" not in conf:
             raise click.BadParameter(f"{conf!r} is not K=V", param_hint="--conf")
-    workdir = cache_dir() / "replay" / plan.run_id
+    runs = cache_dir() / "replay" / "runs"
+    workdir = runs / plan.run_id
     workdir.mkdir(parents=True, exist_ok=True)
     plan_path = workdir / "plan.json"
     plan.save(plan_path)
-    deps = package(target, workdir)
+    deps = package(target)
     jars = connector_jars()
     archive = class_archive(jars)
     cmd = command(plan_path, deps, jars, master=master, confs=list(confs), name=f"fw {mode} {plan.service}",
@@ -58,7 +61,12 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
     if archive is not None and any(f"ArchiveClassesAtExit={archive.writing}" in arg for arg in cmd):
         click.echo(f"[replay] Spark's JVM writes its class archive as it exits, once: later runs start from it sooner "
                    f"({archive.path.parent})")
-    code = subprocess.run(cmd, env=env).returncode
+    try:
+        code = subprocess.run(cmd, env=env).returncode
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # a dry run's stays: its command names the plan
+        remove_unused(runs, days=1)
+        remove_unused(runs.parent, days=1, named="[0-9a-f]{10}")  # where earlier versions kept each run's
     if archive is not None:
         archive.keep(code == 0)
     sys.exit(code)

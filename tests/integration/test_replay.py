@@ -245,6 +245,10 @@ def test_the_first_replay_writes_the_jvms_class_archive_and_the_next_one_maps_it
     again = replay(case, env, "--output", "none", "--conf",
                    f"spark.driver.extraJavaOptions=-XX:SharedArchiveFile={archive} -Xshare:on")
     assert "writes its class archive" not in again
+    # the runs shipped the same zip of the code, made once; only the dry run's plan is left
+    [deps] = (home / "replay" / "deps").iterdir()
+    [kept] = (home / "replay" / "runs").iterdir()
+    assert f"--py-files {deps} " in planned.stdout and f"{kept / 'plan.json'} replay" in planned.stdout
 
 
 def test_a_wrong_range_or_a_missing_tool_is_refused_in_one_line(kafka_bootstrap: str, unique: str, tmp_path: Path,

@@ -21,7 +21,7 @@ from framework.replay.plan import (ReplayPlan, check_contract, definition_of, in
                                    store_stages)
 from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
 from framework.replay.daemon_path.fw_local_daemon import _installed_copies
-from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, ClassArchive, command
+from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, ClassArchive, command, package, remove_unused
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
 from framework import TumblingWindows
@@ -270,6 +270,37 @@ def test_the_driver_jvm_writes_its_class_archive_once_and_maps_it_after(master: 
     assert f"-XX:SharedArchiveFile={archive.path}" in options.split()
     assert driver("spark.driver.extraJavaOptions=-Xss4m") == ["-Xss4m"]  # the command's own options alone
     assert not any("Archive" in o for o in driver("spark.submit.deployMode=cluster"))  # the driver runs elsewhere
+
+
+def test_the_code_is_zipped_once_until_a_file_in_it_changes(tmp_path) -> None:
+    (tmp_path / "schemas").mkdir()
+    schema = tmp_path / "schemas" / "x.avsc"
+    schema.write_text('"string"')
+    into = tmp_path / "deps"
+    first = package("framework.demos:x", into, tmp_path)
+    made = first.stat().st_mtime_ns
+    assert package("framework.demos:x", into, tmp_path) == first and first.stat().st_mtime_ns >= made
+    with zipfile.ZipFile(first) as z:
+        names = set(z.namelist())
+    assert {"framework/__init__.py", "framework/__init__.pyc", "schemas/x.avsc"} <= names
+    schema.write_text('"bytes"')
+    second = package("framework.demos:x", into, tmp_path)
+    assert second != first and sorted(into.iterdir()) == sorted([first, second])  # the other goes after 30 days
+
+
+def test_what_was_not_used_for_its_days_is_removed(tmp_path) -> None:
+    old_run, new_run, old_zip, kept = (tmp_path / n for n in ("0123456789", "abcdefabcd", "deps-1.zip", "deps-2.zip"))
+    old_run.mkdir()
+    (old_run / "plan.json").write_text("{}")
+    new_run.mkdir()
+    for f in (old_zip, kept):
+        f.write_bytes(b"z")
+    for f in (old_run, old_zip, kept):
+        os.utime(f, (0, 0))
+    remove_unused(tmp_path, days=1, named="[0-9a-f]{10}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["abcdefabcd", "deps-1.zip", "deps-2.zip"]
+    remove_unused(tmp_path, days=30, keep=kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["abcdefabcd", "deps-2.zip"]
 
 
 def test_a_failed_run_leaves_no_class_archive_and_a_new_one_replaces_the_others(tmp_path) -> None:
