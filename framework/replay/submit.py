@@ -220,13 +220,11 @@ class ClassArchive:
                 self.writing.unlink()
                 return
             os.replace(self.writing, self.path)
-            for other in self.path.parent.iterdir():
-                # other archives, and what a killed run left over an hour ago (a running one's stays)
-                stale = other.suffix == ".jsa" or time.time() - other.stat().st_mtime > 3600
-                if other != self.path and stale:
-                    other.unlink()
         except OSError:  # another run's archive took its place or went first: nothing is lost
-            pass
+            return
+        directory = self.path.parent
+        remove_unused(directory, days=0, keep=self.path, named=r".+\.jsa")  # other archives
+        remove_unused(directory, days=1 / 24, keep=self.path)  # what a killed run left (a running one's stays)
 
 
 def class_archive(jars: list[Path]) -> ClassArchive | None:
