@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from framework.errors import ConfigError, EnvironmentProblem, RuntimeProblem
+from framework.kafka.clients import retry_while_not_ready
 from framework.kafka.logs import CLIENT_LOG
 
 Ranges = dict[str, dict[int, list[int]]]  # topic -> partition -> [start, end)
@@ -46,26 +47,46 @@ class _Log:
                                   f"Fix: check the name (topics there include {', '.join(known)}) or the "
                                   "cluster (FW_BOOTSTRAP_SERVERS)")
             self.partitions[topic] = sorted(info.partitions)
-        self.bounds = {(t, p): self.consumer.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)
-                       for t, parts in self.partitions.items() for p in parts}
+        # A broker that has just started, or a topic just made, answers "not leader" for a
+        # moment: every question below is asked again until it answers (``retry_while_not_ready``)
+        self.bounds = {(t, p): self._bounds(TopicPartition(t, p)) for t, parts in self.partitions.items() for p in parts}
+
+    def _ask(self, call: Callable[[float], Any], what: str) -> Any:
+        return retry_while_not_ready(call, self.timeout_s, what)
+
+    def _bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        return self._ask(lambda left: self.consumer.get_watermark_offsets(tp, timeout=left),
+                         f"{tp.topic}[{tp.partition}]")
 
     def committed(self) -> dict[tuple[str, int], int]:
         reader = Consumer({"logger": CLIENT_LOG, **self.settings, "group.id": self.group, "enable.auto.commit": False})
         try:
             tps = [TopicPartition(t, p) for t, parts in self.partitions.items() for p in parts]
-            return {(tp.topic, tp.partition): tp.offset for tp in reader.committed(tps, timeout=self.timeout_s)
-                    if tp.offset >= 0}
+            found = self._ask(lambda left: _each_answered(reader.committed(tps, timeout=left)),
+                              f"the offsets of group {self.group}")
+            return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
         finally:
             reader.close()
 
     def at_time(self, ms: int) -> dict[tuple[str, int], int]:
         tps = [TopicPartition(t, p, ms) for t, parts in self.partitions.items() for p in parts]
-        found = self.consumer.offsets_for_times(tps, timeout=self.timeout_s)
+        found = self._ask(lambda left: _each_answered(self.consumer.offsets_for_times(tps, timeout=left)),
+                          f"the offsets at {ms}")
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else self.bounds[(tp.topic, tp.partition)][1])
                 for tp in found}
 
     def close(self) -> None:
         self.consumer.close()
+
+
+def _each_answered(found: list[TopicPartition]) -> list[TopicPartition]:
+    """``found``, unless a partition came back with an error of its own (its leader not known
+    yet, say), raised to be asked again: its offset (negative) would read as "none" and move
+    the range to the log's start or end."""
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return found
 
 
 def parse_time(spec: str) -> int | None:

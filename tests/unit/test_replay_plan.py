@@ -9,13 +9,15 @@ import os
 import random
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from confluent_kafka import KafkaError, TopicPartition
 
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.errors import PipelineError
-from framework.kafka.offsets import parse_time
+from framework.kafka.offsets import _Log, parse_time
 from framework.pipeline import Pipeline, Topic
 from framework.replay.plan import (ReplayPlan, check_contract, definition_of, input_stages, stage_topics,
                                    store_stages)
@@ -78,6 +80,31 @@ def test_the_definition_differs_when_the_environment_changed_the_topics() -> Non
 ])
 def test_range_times(spec: str, ms: int | None) -> None:
     assert parse_time(spec) == ms
+
+
+class _AnsweringLate:
+    """offsets_for_times as a broker whose leader for partition 1 is not known yet gives it:
+    that partition's own error, then (asked again) every offset."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def offsets_for_times(self, tps: list[TopicPartition], timeout: float) -> list[SimpleNamespace]:
+        self.asked += 1
+        late = KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)
+        return [SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=7, error=None)
+                if self.asked > 1 or tp.partition != 1 else
+                SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=-1, error=late) for tp in tps]
+
+
+def test_a_partition_without_its_leader_yet_is_asked_again_not_taken_as_past_its_time() -> None:
+    """Its offset (-1, with the partition's error) once read as "no record at or after the
+    time": the range would have started at the partition's end, skipping its records."""
+    log = _Log.__new__(_Log)
+    log.partitions, log.bounds, log.timeout_s = {"t": [0, 1]}, {("t", 0): (0, 9), ("t", 1): (0, 9)}, 10.0
+    log.consumer = _AnsweringLate()
+    assert log.at_time(1_000) == {("t", 0): 7, ("t", 1): 7}
+    assert log.consumer.asked == 2
 
 
 def test_merged_sources_keep_each_topics_order_and_advance_together() -> None:
