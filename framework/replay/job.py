@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark import StorageLevel
+from pyspark import SparkConf, SparkContext, StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -387,13 +387,13 @@ class _Progress(threading.Thread):
     (each task reports its count over UDP, ``_Reporter``) and the rate, and its Spark tasks
     done."""
 
-    def __init__(self, spark: SparkSession, label: str, total: int | None = None, every_s: float = 5.0) -> None:
+    def __init__(self, sc: SparkContext, label: str, total: int | None = None, every_s: float = 5.0) -> None:
         import socket
 
         super().__init__(daemon=True)
-        self.tracker, self.label, self.done = spark.sparkContext.statusTracker(), label, threading.Event()
+        self.tracker, self.label, self.done = sc.statusTracker(), label, threading.Event()
         self.every_s, self.started, self.total = every_s, time.monotonic(), total
-        host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+        host = sc.getConf().get("spark.driver.host", "127.0.0.1")
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("0.0.0.0", 0))
         self.sock.settimeout(0.5)
@@ -436,18 +436,18 @@ class _Progress(threading.Thread):
         self.sock.close()
 
 
-def run_stage(spark: SparkSession, plan: ReplayPlan, stage: int, frame: DataFrame | None
+def run_stage(sc: SparkContext, plan: ReplayPlan, stage: int, frame: DataFrame | None
               ) -> tuple[DataFrame | None, dict[str, Any]]:
     """Runs ``stage`` over ``frame`` (None: a ``_counters_only`` stage, which makes its own
     input); returns its result (None when nothing reads it) and its totals."""
     started = time.monotonic()
-    progress = _Progress(spark, f"stage {stage}", plan.records if stage == 0 else None)
+    progress = _Progress(sc, f"stage {stage}", plan.records if stage == 0 else None)
     progress.start()
     result = None
     try:
         if frame is None:
             tasks = _task_ranges(plan)
-            rdd = spark.sparkContext.parallelize(tasks, max(len(tasks), 1))  # a task per Spark partition
+            rdd = sc.parallelize(tasks, max(len(tasks), 1))  # a task per Spark partition
             texts = rdd.mapPartitions(counters_function(plan.to_json(), progress.address)).collect()
             stats = [json.loads(text) for text in texts]
         else:
@@ -490,20 +490,20 @@ def _stage_totals(stats: list[dict[str, Any]], started: float) -> dict[str, Any]
     return totals
 
 
-def replay(spark: SparkSession, plan: ReplayPlan) -> dict[str, Any]:
+def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     """Every stage, then (bootstrap) the handover offsets; returns the job's totals."""
     started = time.monotonic()
     if plan.archive:
-        _archive_ranges(spark, plan)
+        _archive_ranges(_session(), plan)
     if plan.bootstrap:
         from framework.replay.handover import prepare_bootstrap
 
         prepare_bootstrap(_kafka_settings(plan), plan)
-    frame = None if _counters_only(plan) else _source_frame(spark, plan)
+    frame = None if _counters_only(plan) else _source_frame(_session(), plan)
     grand: dict[str, Any] = {"records read": plan.records}
     busy = 0.0
     for stage in range(len(plan.stages)):
-        result, totals = run_stage(spark, plan, stage, frame)
+        result, totals = run_stage(sc, plan, stage, frame)
         for k, name in (("outputs", "outputs written"), ("state_entries", "state entries"),
                         ("dead_letters", "dead letters")):
             grand[name] = grand.get(name, 0) + totals.get(k, 0)
@@ -552,14 +552,15 @@ def _framework_reason(text: str) -> str | None:
 def main(argv: list[str]) -> int:
     plan = ReplayPlan.from_json(Path(argv[1]).read_text())
     mode = argv[2] if len(argv) > 2 else "replay"
-    spark = SparkSession.builder.appName(f"fw {mode} {plan.service}").getOrCreate()
-    print(f"[replay] Spark UI: {spark.sparkContext.uiWebUrl}  master: {spark.sparkContext.master}", flush=True)
+    # the context alone: Spark SQL's session is made when a step needs it (``_session``)
+    sc = SparkContext.getOrCreate(SparkConf().setAppName(f"fw {mode} {plan.service}"))
+    print(f"[replay] Spark UI: {sc.uiWebUrl}  master: {sc.master}", flush=True)
     try:
         if mode == "archive":
-            n = archive(spark, plan)
+            n = archive(_session(), plan)
             print(f"[replay] archived {n:,} records to {plan.output.removeprefix('parquet:')}", flush=True)
         else:
-            totals = replay(spark, plan)
+            totals = replay(sc, plan)
             print(f"[replay] done: {summary(totals)}", flush=True)
     except FrameworkError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -571,17 +572,23 @@ def main(argv: list[str]) -> int:
         print(f"error: {reason}", file=sys.stderr, flush=True)
         return 1
     finally:
-        _stop(spark)
+        _stop(sc)
     return 0
 
 
-def _stop(spark: SparkSession) -> None:
-    """``spark.stop()``, but pyspark's accumulator server (a daemon thread serving the
+def _session() -> SparkSession:
+    """Spark SQL's session over the running context, made the first time a step needs one
+    (0.6 s). A replay whose one stage runs over a plain RDD (``_counters_only``) never does."""
+    return SparkSession.builder.getOrCreate()
+
+
+def _stop(sc: SparkContext) -> None:
+    """``sc.stop()``, but pyspark's accumulator server (a daemon thread serving the
     Python workers' updates, which checks for its shutdown once a second) is left to end with
     this process: its shutdown held up the end of every job by 0.85-1 s, after everything was
     done (benchmarks/NOTES.md)."""
-    spark.sparkContext._accumulatorServer = None  # type: ignore[assignment]
-    spark.stop()
+    sc._accumulatorServer = None  # type: ignore[assignment]
+    sc.stop()
 
 
 if __name__ == "__main__":
