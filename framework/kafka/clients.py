@@ -66,6 +66,17 @@ def retry_while_not_ready(call: Callable[[float], Any], timeout_s: float, what: 
             backoff = min(backoff * 2, 1.0)
 
 
+def each_answered(found: list[TopicPartition]) -> list[TopicPartition]:
+    """``found`` (offsets the client asked the broker for), unless a partition came back with
+    an error of its own (its leader not known yet, say), raised (for ``retry_while_not_ready``
+    to ask again): its offset, negative, would read as "none" and send the reader to the
+    log's start or end."""
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return found
+
+
 def classify(exc: BaseException) -> Verdict:
     """What to do about a transactional-API error, as confluent-kafka documents it."""
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
@@ -415,11 +426,15 @@ class GroupConsumer:
                 if tp.offset >= 0}
 
     def rewind_to_committed(self, tps: Iterable[TP], timeout_s: float) -> None:
-        """Seek to the group's committed offsets (the start when none): after an abort."""
+        """Seek to the group's committed offsets (the start when none): after an abort. A
+        partition the broker gives an error for is asked again, then an error itself: read as
+        "none", it would have been processed again from its start."""
         parts = [TopicPartition(t, p) for t, p in tps]
         if not parts:
             return
-        for tp in self._c.committed(parts, timeout=timeout_s):
+        found = retry_while_not_ready(lambda left: each_answered(self._c.committed(parts, timeout=left)), timeout_s,
+                                      "the group's committed offsets")
+        for tp in found:
             self._c.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
 
     def seek(self, tp: TP, offset: int) -> None:

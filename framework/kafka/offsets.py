@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from framework.errors import ConfigError, EnvironmentProblem, RuntimeProblem
-from framework.kafka.clients import retry_while_not_ready
+from framework.kafka.clients import each_answered, retry_while_not_ready
 from framework.kafka.logs import CLIENT_LOG
 
 Ranges = dict[str, dict[int, list[int]]]  # topic -> partition -> [start, end)
@@ -62,7 +62,7 @@ class _Log:
         reader = Consumer({"logger": CLIENT_LOG, **self.settings, "group.id": self.group, "enable.auto.commit": False})
         try:
             tps = [TopicPartition(t, p) for t, parts in self.partitions.items() for p in parts]
-            found = self._ask(lambda left: _each_answered(reader.committed(tps, timeout=left)),
+            found = self._ask(lambda left: each_answered(reader.committed(tps, timeout=left)),
                               f"the offsets of group {self.group}")
             return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
         finally:
@@ -70,23 +70,13 @@ class _Log:
 
     def at_time(self, ms: int) -> dict[tuple[str, int], int]:
         tps = [TopicPartition(t, p, ms) for t, parts in self.partitions.items() for p in parts]
-        found = self._ask(lambda left: _each_answered(self.consumer.offsets_for_times(tps, timeout=left)),
+        found = self._ask(lambda left: each_answered(self.consumer.offsets_for_times(tps, timeout=left)),
                           f"the offsets at {ms}")
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else self.bounds[(tp.topic, tp.partition)][1])
                 for tp in found}
 
     def close(self) -> None:
         self.consumer.close()
-
-
-def _each_answered(found: list[TopicPartition]) -> list[TopicPartition]:
-    """``found``, unless a partition came back with an error of its own (its leader not known
-    yet, say), raised to be asked again: its offset (negative) would read as "none" and move
-    the range to the log's start or end."""
-    for tp in found:
-        if tp.error is not None:
-            raise KafkaException(tp.error)
-    return found
 
 
 def parse_time(spec: str) -> int | None:
