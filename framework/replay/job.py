@@ -581,8 +581,8 @@ def main(argv: list[str]) -> int:
 
 
 def _session() -> SparkSession:
-    """Spark SQL's session over the running context, made the first time a step needs one
-    (0.6 s). A replay whose one stage runs over a plain RDD (``_counters_only``) never does."""
+    """Spark SQL's session over the running context (0.6 s to make): ``fw archive`` and every
+    replay but a plain RDD job (``_counters_only``) make it before they start."""
     return SparkSession.builder.getOrCreate()
 
 
