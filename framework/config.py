@@ -114,6 +114,10 @@ class ProcessingConfig:
     max_tolerated_downtime_ms: int = 10000
     watermark_interval_ms: int = 200
     stall_warning_ms: int = 30000
+    # How long a member waits for a cluster it cannot reach (every broker down, a network cut)
+    # before it gives up and exits; meanwhile it keeps its state and endpoint, and resumes by
+    # itself from its last checkpoint when the cluster answers (docs/operations.md, Outages).
+    broker_outage_timeout_ms: int = 600000
     # A static member (--instance-id) leaves the group on SIGTERM as a dynamic one does, so its
     # partitions move at once; false: it stays until its session times out, and a restart
     # within it takes the partitions back without a rebalance (docs/operations.md, Failover).
@@ -231,6 +235,7 @@ _MINIMUMS = (  # (section, field, smallest allowed value)
     ("processing", "max_tolerated_downtime_ms", 0),
     ("processing", "watermark_interval_ms", 1),
     ("processing", "stall_warning_ms", 1),
+    ("processing", "broker_outage_timeout_ms", 1),
     ("observe", "interval_ms", 1),
     ("observe", "health_timeout_ms", 1),
 )

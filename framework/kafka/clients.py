@@ -39,8 +39,9 @@ from framework.kafka.logs import CLIENT_LOG
 log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses
+_FLUSH_SLICE_S = 0.5  # a flush looks at the brokers' state this often
 _TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is refused already
-Verdict = Literal["retry", "abort", "fatal"]
+Verdict = Literal["retry", "abort", "reset", "fatal"]
 _NOT_READY_YET = (  # a partition just created, or moving: its leader is not known yet
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
@@ -78,15 +79,64 @@ def each_answered(found: list[TopicPartition]) -> list[TopicPartition]:
 
 
 def classify(exc: BaseException) -> Verdict:
-    """What to do about a transactional-API error, as confluent-kafka documents it."""
+    """What to do about a transactional-API error, as confluent-kafka documents it, with one
+    more verdict: ``reset`` for a producer that cannot go on but a new one can (a call that
+    timed out with its outcome unknown, a fatal error other than fencing): the checkpoint's
+    outcome is then settled by the next producer's ``init_transactions``, and the member goes
+    on from its last checkpoint. ``fatal`` is kept for what no retry heals: fenced by another
+    process, or refused by the cluster's ACLs."""
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-    if err is None or err.fatal():
+    if err is None:
+        return "reset"  # not the client's verdict (a flush that did not finish in time)
+    if err.code() in _PERMANENT or _fenced(err):
         return "fatal"
+    if err.fatal():
+        return "reset"
     if err.txn_requires_abort():
         return "abort"
     if err.retriable():
         return "retry"
-    return "fatal" if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) else "abort"
+    return "abort"
+
+
+_PERMANENT = (  # no new producer or retry can heal these: another process, or the ACLs
+    KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.FENCED_INSTANCE_ID,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+)
+
+
+def client_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Kafka client's failure (raw, or the framework's wrapping of one)."""
+    return isinstance(exc, (KafkaException, KafkaClientError))
+
+
+def _fenced(err: KafkaError) -> bool:
+    """A fatal error whose code is only ``_FATAL``: librdkafka names the cause in its text."""
+    return err.code() == KafkaError._FATAL and "fenced" in err.str().lower()
+
+
+class Connectivity:
+    """What a client's error events say of the cluster: ``down_since`` (monotonic seconds) is
+    set when librdkafka reports every broker connection down, and cleared by whoever has seen
+    the cluster answer again (``clear``); ``fatal`` keeps the first fatal error."""
+
+    def __init__(self) -> None:
+        self.down_since: float | None = None
+        self.fatal: KafkaError | None = None
+
+    def on_error(self, err: KafkaError) -> None:
+        """The client's ``error_cb`` (served by its poll, consume or flush)."""
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            if self.down_since is None:
+                self.down_since = time.monotonic()
+        elif (err.fatal() or err.code() == KafkaError._FATAL) and self.fatal is None:
+            self.fatal = err
+        else:
+            log.debug("client error event: %s", err)
+
+    def clear(self) -> None:
+        self.down_since = None
 
 
 class KafkaOutput:
@@ -112,6 +162,9 @@ class KafkaOutput:
             # 2.16). Without re-bootstrap the producer reconnects to the brokers it knew.
             conf.setdefault("metadata.recovery.strategy", "none")
         self.transactional = bool(transactional_id)
+        self.connectivity = Connectivity()
+        conf["error_cb"] = self.connectivity.on_error
+        self._full_conf = conf
         self._p = Producer(conf)
         self._conf = {k: v for k, v in conf.items() if k in ("sasl.username", "transactional.id")}
         self._output_report = None if self.transactional else self._on_delivery
@@ -206,10 +259,17 @@ class KafkaOutput:
             raise _bad_time(topic, timestamp, self._time_limits[topic])
 
     def flush(self, timeout_s: float) -> None:
-        """Wait for every delivery report; raise what a failed delivery reported."""
-        remaining = self._p.flush(timeout_s)
-        if remaining:
-            raise KafkaClientError(f"{remaining} records not delivered within {timeout_s}s")
+        """Wait for every delivery report; raise what a failed delivery reported. Gives up
+        early, once every broker connection is down: nothing can be delivered then."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = self._p.flush(min(_FLUSH_SLICE_S, max(deadline - time.monotonic(), 0)))
+            if not remaining:
+                break
+            if self.connectivity.down_since is not None:
+                raise KafkaClientError(f"{remaining} records not delivered: every broker connection is down")
+            if time.monotonic() >= deadline:
+                raise KafkaClientError(f"{remaining} records not delivered within {timeout_s}s")
         if self._delivery_error is not None:
             err, self._delivery_error = self._delivery_error, None
             raise KafkaException(err)
@@ -232,6 +292,8 @@ class KafkaOutput:
                     f"{who} may not use transactional id {txid!r}: {err.str()}. Fix: grant it, e.g. kafka-acls "
                     f"--add --allow-principal {who} --operation Write --transactional-id {txid} (or names with "
                     "its service's prefix: --resource-pattern-type prefixed)") from None
+            if err.retriable() and not err.fatal():
+                raise  # the coordinator not reachable or loading yet: the caller may ask again
             raise FatalKafkaError(f"init_transactions failed: {err.str()}") from exc
 
     def begin(self) -> None:
@@ -249,6 +311,25 @@ class KafkaOutput:
         self._changelog_ends = {}
         self.aborts += 1
         self._p.abort_transaction(timeout_s)
+
+    def renew(self) -> None:
+        """Drop this producer, whatever its state, for a new one with the same settings (and
+        transactional id): what it still held is purged, never sent. A transaction it left
+        open is settled by the new one's ``init_transactions``: completed if its commit had
+        reached the coordinator, aborted otherwise."""
+        old, self._p = self._p, None  # type: ignore[assignment]
+        try:
+            # blocking: librdkafka's destroy must not race the purge of its own queues
+            old.purge(in_queue=True, in_flight=True, blocking=True)
+            old.poll(0)  # its purged records' reports, dropped just below
+        except KafkaException as exc:
+            log.debug("purging the producer being replaced: %s", exc)
+        del old  # librdkafka's destroy: no flush, no abort (the broker may be away)
+        self._delivery_error = None
+        self._changelog_ends = {}
+        self.connectivity = Connectivity()
+        self._full_conf["error_cb"] = self.connectivity.on_error
+        self._p = Producer(self._full_conf)
 
 
 class GroupConsumer:
@@ -295,6 +376,9 @@ class GroupConsumer:
         if stats_interval_ms:
             conf["statistics.interval.ms"] = stats_interval_ms
             conf["stats_cb"] = self._on_stats
+        self.connectivity = Connectivity()
+        conf["error_cb"] = self.connectivity.on_error
+        self.group, self.instance_id = group, conf.get("group.instance.id")
         self._c = Consumer(conf)
         self.paused: set[TP] = set()
         self._stats: dict[TP, tuple[int, int]] = {}  # (last stable offset, committed offset)
@@ -361,10 +445,48 @@ class GroupConsumer:
             on_lost([(tp.topic, tp.partition) for tp in parts])
             released(consumer, parts)
 
-        self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=lost)
+        self._subscription = (topics, {"on_assign": assigned, "on_revoke": revoked, "on_lost": lost})
+        self._c.subscribe(topics, **self._subscription[1])
+
+    def rejoin(self) -> None:
+        """Leave the group and join it again with the same subscription: the partitions are
+        revoked (``on_revoke``) and assigned again. A static member sends its LeaveGroup on
+        unsubscribe (see ``_leave``), so the broker records it anew, client id included."""
+        topics, callbacks = self._subscription
+        self._c.unsubscribe()
+        self._c.subscribe(topics, **callbacks)
 
     def consume(self, n: int, timeout_s: float) -> list[Message]:
-        return self._c.consume(n, timeout_s)
+        """Up to ``n`` records (and error events); a fatal error of the consumer is raised
+        (``FatalKafkaError`` naming the cause): a consumer in that state never recovers."""
+        msgs = self._c.consume(n, timeout_s)
+        if self.connectivity.fatal is not None:
+            raise self.fatal_error(self.connectivity.fatal)
+        return msgs
+
+    def check_error(self, err: KafkaError) -> None:
+        """An error the consumer returned in place of a record: a fatal one is raised
+        (librdkafka's ``_FATAL`` event says ``fatal()`` false, and is fatal all the same), the
+        loss of the brokers goes to the debug log (the service's recovery reports an outage
+        once), anything else is logged."""
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            raise self.fatal_error(err)
+        if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            log.debug("consumer: %s", err)
+        else:
+            log.warning("consumer: %s", err)
+
+    def fatal_error(self, err: KafkaError) -> FatalKafkaError:
+        """The one line for the consumer's fatal ``err`` (an error event or record)."""
+        text = err.str()
+        if err.code() == KafkaError.FENCED_INSTANCE_ID or "fenced" in text.lower():
+            return FatalKafkaError(
+                f"another member joined group {self.group!r} with this member's instance id {self.instance_id!r} "
+                "(its static group.instance.id) and the group fenced this one: two processes run with "
+                f"--instance-id {self.instance_id}. Fix: give every member its own --instance-id (fw run "
+                "--processes names its children itself), or stop the other process")
+        return FatalKafkaError(f"the group member's consumer failed fatally: {text}. It is restarted with "
+                               "the process: the member continues from its last checkpoint")
 
     def pause(self, tps: Iterable[TP]) -> None:
         parts = [TopicPartition(t, p) for t, p in tps]
@@ -408,6 +530,25 @@ class GroupConsumer:
             if end > pos:
                 out[key] = (pos, end)
         return out
+
+    def group_lag(self, tps: Iterable[TP], timeout_s: float = 5.0) -> dict[TP, int]:
+        """Records waiting in each of ``tps`` (any partitions, assigned or not) past the group's
+        committed offset (the log's start where none); only those with some. Empty when the
+        broker does not answer."""
+        parts = [TopicPartition(t, p) for t, p in tps]
+        if not parts:
+            return {}
+        try:
+            committed = self._c.committed(parts, timeout=timeout_s)
+            out = {}
+            for tp in committed:
+                start, end = self._c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout_s)
+                waiting = end - (tp.offset if tp.offset >= 0 else start)
+                if waiting > 0:
+                    out[(tp.topic, tp.partition)] = waiting
+            return out
+        except KafkaException:
+            return {}  # the broker does not answer: the client log says why
 
     def stable_end(self, tp: TP, timeout_s: float = 5.0) -> int | None:
         """The last stable offset (read_committed reads stop there: an open transaction
@@ -453,10 +594,13 @@ class GroupConsumer:
                            asynchronous=False)
 
     def close(self) -> None:
-        """Leave the group (a static member only with ``leave_on_close``) and close."""
-        if self.static and self.leave_on_close:
-            self._leave(_LEAVE_TIMEOUT_S)
-        self._c.close()
+        """Leave the group (a static member only with ``leave_on_close``) and close. A consumer
+        that failed fatally cannot leave: it is only closed."""
+        try:
+            if self.static and self.leave_on_close and self.connectivity.fatal is None:
+                self._leave(_LEAVE_TIMEOUT_S)
+        finally:
+            self._c.close()
 
     def _leave(self, timeout_s: float) -> None:
         # librdkafka skips the LeaveGroup of a static member that closes (KIP-345), but not of

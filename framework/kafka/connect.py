@@ -70,7 +70,9 @@ def _unreachable(settings: Mapping[str, Any], reason: str, waited_s: float) -> E
         f"{protocol} (FW_KAFKA_SECURITY__SECURITY_PROTOCOL)")
 
 
-class _Probe:
+class ClusterProbe:
+    """One quiet admin client that asks the cluster for metadata, as often as needed."""
+
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.errors: list[KafkaError] = []
         self.admin = AdminClient({**settings, "logger": _QUIET, "error_cb": self.errors.append,
@@ -93,6 +95,11 @@ class _Probe:
         self.errors.clear()
         return transport[-1].str() if transport else reason
 
+    def why_not(self, settings: Mapping[str, Any], timeout_s: float) -> str | None:
+        """None when the cluster answers within ``timeout_s``, else why not."""
+        answer = self.ask(settings, timeout_s)
+        return answer if isinstance(answer, str) else None
+
 
 def client_failure(exc: BaseException) -> str | None:
     """What a raw client exception (one the framework did not wrap) says, else None."""
@@ -104,7 +111,7 @@ def client_failure(exc: BaseException) -> str | None:
 
 def probe(settings: Mapping[str, Any], timeout_s: float = 6.0) -> ClusterMetadata:
     """Ask for metadata once; one-line errors when it fails."""
-    answer = _Probe(settings).ask(settings, timeout_s)
+    answer = ClusterProbe(settings).ask(settings, timeout_s)
     if isinstance(answer, str):
         raise _unreachable(settings, answer, 0)
     return answer
@@ -115,7 +122,7 @@ def wait_for_cluster(settings: Mapping[str, Any], timeout_s: float) -> ClusterMe
     logged when the first attempt fails."""
     started = time.monotonic()
     deadline = started + timeout_s
-    attempt, backoff = _Probe(settings), 0.5
+    attempt, backoff = ClusterProbe(settings), 0.5
     while True:
         answer = attempt.ask(settings, min(2.0, max(deadline - time.monotonic(), 0.5)))
         if not isinstance(answer, str):

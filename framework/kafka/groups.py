@@ -52,6 +52,31 @@ def stable_assignment(admin: AdminClient, group: str,
             for m in description.members}
 
 
+def held_partitions(admin: AdminClient, group: str, timeout_s: float = 10.0) -> set[TP] | None:
+    """Every partition some member of ``group`` holds now (none when the group is empty), or
+    None while a rebalance is under way."""
+    try:
+        [description] = [f.result() for f in admin.describe_consumer_groups([group],
+                                                                            request_timeout=timeout_s).values()]
+    except KafkaException as exc:
+        raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
+    if description.state in (ConsumerGroupState.PREPARING_REBALANCE, ConsumerGroupState.COMPLETING_REBALANCE):
+        return None
+    return {(tp.topic, tp.partition) for m in description.members
+            for tp in (m.assignment.topic_partitions if m.assignment else [])}
+
+
+def client_ids(admin: AdminClient, group: str, timeout_s: float = 10.0) -> dict[str, str]:
+    """``member id -> client.id`` of every member of ``group``, as the broker records them
+    (a static member that replaced another keeps the replaced one's client id)."""
+    try:
+        [description] = [f.result() for f in admin.describe_consumer_groups([group],
+                                                                            request_timeout=timeout_s).values()]
+    except KafkaException as exc:
+        raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
+    return {m.member_id: m.client_id for m in description.members}
+
+
 def commit_offsets(settings: Mapping[str, Any], group: str, offsets: Mapping[TP, int],
                    timeout_s: float = 30.0) -> None:
     """Set ``group``'s committed offsets (the group must have no active members)."""

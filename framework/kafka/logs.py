@@ -10,6 +10,12 @@ a failed connect every second or so). ``Repeats`` lets the first line through, d
 same line (digits aside: counts, durations, timestamps) while it keeps coming, and lets it
 through again once a minute with how many were dropped; a line that stops coming is
 forgotten, so the condition's return is logged again.
+
+``Transport`` demotes to DEBUG what a client says of its connections (librdkafka's ``FAIL``
+lines: a broker disconnected or refusing) and of the retries while a restarted broker loads
+(a coordinator loading, a producer id not granted yet, a leader not known yet): the service reports an unreachable cluster
+in its own words, once (``framework.runtime.outage``). While ``quiet`` is set (an outage is
+being waited out) every client line below CRITICAL is demoted.
 """
 
 from __future__ import annotations
@@ -52,4 +58,22 @@ class Repeats(logging.Filter):
         return True
 
 
+_TRANSIENT = re.compile(r"^(FAIL |GETPID |.*(Coordinator load in progress|not found in cache|brokers are down))")
+
+
+class Transport(logging.Filter):
+    """Demote connection failures and a restarted broker's transient answers to DEBUG."""
+
+    quiet = False  # an outage is being waited out: every client line but CRITICAL is demoted
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.CRITICAL:
+            return True
+        if not (Transport.quiet or _TRANSIENT.match(record.getMessage())):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return CLIENT_LOG.isEnabledFor(logging.DEBUG)
+
+
+CLIENT_LOG.addFilter(Transport())
 CLIENT_LOG.addFilter(Repeats())

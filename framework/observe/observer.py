@@ -54,6 +54,9 @@ class Observer:
         since = time.monotonic() - self.heartbeat
         if self.state == "failed":
             return False, {"status": "failed", "error": self.error}
+        idle = getattr(self.service, "idle_with_lag", None)
+        if idle:
+            return False, {"status": "idle with lag", "why": idle}
         if self.looping and since > self.health_timeout_s:
             return False, {"status": "stalled", "loop_silent_s": round(since, 1),
                            "why": "the processing loop has not come round: a step's code or a blocking "
@@ -211,7 +214,10 @@ class Observer:
         age = wall - ckpt.committed_as_of  # how long processed work has waited to be committed
         m.checkpoint_age.labels(svc.instance_id).set(age)
         if self.state not in ("stopping", "failed"):
-            self.state = ("starting" if not svc.has_assignment else "restoring" if restoring_parts else "running")
+            recovery = getattr(svc, "recovery", None)
+            self.state = ("waiting for the cluster" if recovery is not None and recovery.active and recovery.unreachable
+                          else "recovering" if recovery is not None and recovery.active
+                          else "starting" if not svc.has_assignment else "restoring" if restoring_parts else "running")
         ready = self.state == "running"
         m.ready.labels(svc.instance_id).set(1 if ready else 0)
         lag_total = sum(i["lag"] for i in inputs if i["lag"] is not None)

@@ -11,8 +11,12 @@ at_least_once: 1, 2, then commit the offsets with the consumer, then 5.
 
 A transactional error is classified as confluent-kafka documents it: retriable → retry the
 call; requires abort → abort, drop the caches, rewind the inputs to the committed offsets;
-fatal → stop with the error. The checkpointer sees the runner, the producer and the consumer
-through the narrow protocols below, never the service.
+fatal → stop with the error. A call whose outcome is unknown (it timed out: the cluster may
+be away) or a producer librdkafka gave up on is neither: the interval is *broken*, nothing
+more of it commits, and ``on_broken`` hands the member to its recovery
+(``framework.runtime.outage``), which settles the interval with a new producer and goes on
+from the last checkpoint, as after a crash. The checkpointer sees the runner, the producer
+and the consumer through the narrow protocols below, never the service.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from framework.runtime.faults import crash_point
 
 log = logging.getLogger("framework.checkpoint")
 _RETRIES = 5
+_ABANDON_ABORT_S = 5.0
 
 
 class TransactionalOutput(Protocol):
@@ -40,6 +45,7 @@ class TransactionalOutput(Protocol):
     def send_offsets(self, positions: Mapping[TP, int], group_metadata: Any, timeout_s: float) -> None: ...
     def commit(self, timeout_s: float) -> None: ...
     def abort(self, timeout_s: float) -> None: ...
+    def renew(self) -> None: ...
     def take_changelog_ends(self) -> dict[TP, int]: ...
 
 
@@ -70,7 +76,9 @@ class Checkpointer:
         self.last_duration_s = 0.0
         self.last_completed_at = 0.0
         self.committed_as_of = time.time()  # everything processed before this is committed
+        self.broken: str | None = None  # why the open interval can commit nothing more
         self.on_checkpoint: Callable[[float], None] = lambda duration_s: None
+        self.on_broken: Callable[[str], None] = lambda why: None
 
     def start(self) -> None:
         if self.exactly_once:
@@ -84,6 +92,8 @@ class Checkpointer:
 
     def checkpoint(self, reason: str) -> None:
         self.next_due = time.monotonic() + self.interval_s
+        if self.broken is not None:
+            return  # the recovery settles the interval; nothing of it may commit meanwhile
         if not self.dirty:
             self.committed_as_of = time.time()  # nothing new since the last one: all committed
             return
@@ -93,6 +103,9 @@ class Checkpointer:
             changelog_records = self.runner.checkpoint(positions, self)        # 1-5
         except _Abort as abort:
             self.abort(str(abort))
+            return
+        except _Broken as broken:
+            self.break_interval(str(broken))
             return
         self._begin()                                                           # 6
         self.dirty = False
@@ -124,25 +137,37 @@ class Checkpointer:
             except Exception as exc:  # noqa: BLE001 - classified right here
                 verdict = classify(exc)
                 if verdict == "fatal":
-                    raise FatalKafkaError(
-                        f"checkpoint failed fatally ({exc}); another instance with transactional.id "
-                        f"'{self.transactional_id}' may have fenced this one: give every process its own "
-                        "--instance-id"
-                    ) from exc
-                if verdict == "abort" or attempt == _RETRIES - 1:
+                    raise self._fatal(exc) from exc
+                if verdict == "reset" or (verdict == "retry" and attempt == _RETRIES - 1):
+                    raise _Broken(f"{exc}") from exc  # its outcome unknown: a new producer settles it
+                if verdict == "abort":
                     raise _Abort(f"{exc}") from exc
-                log.warning("checkpoint call failed (retriable, attempt %d): %s", attempt + 1, exc)
+                log.debug("checkpoint call failed (retriable, attempt %d): %s", attempt + 1, exc)
                 time.sleep(0.1 * (attempt + 1))
 
+    def _fatal(self, exc: Exception) -> FatalKafkaError:
+        text = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        if "fenced" in text.lower():
+            return FatalKafkaError(
+                f"the producer with transactional id {self.transactional_id!r} was fenced ({text}): another "
+                "process started with the same service and --instance-id, or this one held a transaction open "
+                "longer than kafka.transaction_timeout_ms. Fix: give every member its own --instance-id")
+        return FatalKafkaError(f"the cluster refused the checkpoint: {text}")
+
     def abort(self, why: str = "") -> None:
-        """Abort the open transaction; forget its state writes; rewind to the committed offsets."""
+        """Abort the open transaction; forget its state writes; rewind to the committed offsets.
+        An abort that cannot complete breaks the interval instead (``break_interval``)."""
         log.warning("aborting the checkpoint interval%s", f": {why}" if why else "")
+        if self.broken is not None:
+            return
         if self.exactly_once:
             try:
                 self.output.abort(self.timeout_s)
             except Exception as exc:  # noqa: BLE001
                 if classify(exc) == "fatal":
-                    raise FatalKafkaError(f"abort_transaction failed: {exc}") from exc
+                    raise self._fatal(exc) from exc
+                self.break_interval(f"the abort failed: {exc}")
+                return
         self.runner.abort()
         assigned = self.consumer.assigned()
         self.consumer.rewind_to_committed([tp for tp in self.runner.routes if tp in assigned], self.timeout_s)
@@ -150,13 +175,38 @@ class Checkpointer:
         self.dirty = False
         self._begin()
 
-    def abandon(self) -> None:
-        """The process is stopping on an error: abort the interval and commit nothing more."""
+    def break_interval(self, why: str) -> None:
+        """Nothing more of the open interval commits: ``on_broken`` recovers the member."""
+        if self.broken is None:
+            self.broken = why
+            self.aborted += 1
+            self.on_broken(why)
+
+    def renew(self) -> None:
+        """The recovery's step for the producer: a new one, its transactions initialised (which
+        settles the broken interval's), and a new interval begun. Raises what fails (the
+        cluster still away: the recovery asks again)."""
+        self.output.renew()
         if self.exactly_once:
+            self.output.init_transactions(self.timeout_s)
+
+    def resume(self) -> None:
+        """The recovery is done: the tasks are as of the last checkpoint, the inputs rewound."""
+        self.broken = None
+        self.dirty = False
+        self._begin()
+        self.committed_as_of = time.time()
+        self.next_due = time.monotonic() + self.interval_s
+
+    def abandon(self) -> None:
+        """The process is stopping on an error: abort the interval and commit nothing more.
+        The abort is a courtesy (a restarted member's producer aborts it too), so it is
+        skipped when the producer is broken and bounded by a few seconds otherwise."""
+        if self.exactly_once and self.broken is None:
             try:
-                self.output.abort(self.timeout_s)
+                self.output.abort(min(self.timeout_s, _ABANDON_ABORT_S))
             except Exception as exc:  # noqa: BLE001 - stopping anyway; the broker aborts on timeout
-                log.warning("abort on failure: %s", exc)
+                log.debug("abort on failure: %s", exc)
         self.runner.discard()
         self.dirty = False
         self.next_due = float("inf")
@@ -168,3 +218,7 @@ class Checkpointer:
 
 class _Abort(Exception):
     """The interval's transaction must be aborted."""
+
+
+class _Broken(Exception):
+    """The interval's outcome is unknown, or its producer unusable: a new producer settles it."""

@@ -27,8 +27,8 @@ from framework.errors import AccessProblem, FatalKafkaError, KafkaClientError
 from framework.kafka.acl import Grant, denied, missing_grants
 from framework.kafka.admin import admin_client, topic_ids
 from framework.kafka.clients import TP, ChangelogReader, GroupConsumer, KafkaOutput
-from framework.kafka.connect import client_failure, wait_for_cluster
-from framework.kafka.groups import stable_assignment
+from framework.kafka.connect import ClusterProbe, client_failure, wait_for_cluster
+from framework.kafka.groups import client_ids, held_partitions, stable_assignment
 from framework.observe.metrics import multiprocess_dir
 from framework.observe.observer import Observer
 from framework.observe.server import StatusServer
@@ -36,6 +36,7 @@ from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.faults import crash_point
+from framework.runtime.outage import Recovery
 from framework.runtime.restore import Restorer
 from framework.runtime.standby import Standby
 from framework.runtime.topics import ensure_service_topics, output_limits, producer_max_bytes
@@ -67,6 +68,11 @@ class Service:
         self.has_assignment = False  # the group gave this member its first assignment
         self.rebalances = {"assigned": 0, "revoked": 0, "lost": 0}
         self.stall_warnings = 0
+        self.idle_with_lag: str | None = None  # why this member, holding nothing, cannot be healthy
+        self._next_publish = 0.0  # while recovering: when /status is published next
+        self.client_id: str | None = None  # what advertises the endpoint to fw status
+        self._verify_client_id_at: float | None = None  # after an assignment: see _check_client_id
+        self._rejoined = False
         self.observer: Observer | None = None
         self.standby: Standby | None = None
         self.server: StatusServer | None = None
@@ -89,7 +95,7 @@ class Service:
         """Process until ``request_stop`` (a signal) or ``until(self)`` is true; then take a
         final checkpoint and leave the group."""
         cfg, settings = self.config, self.config.kafka.client_settings()
-        client_id = self._start_endpoint()
+        client_id = self.client_id = self._start_endpoint()
         try:
             self._run(until, cfg, settings, client_id)
         except Exception as exc:
@@ -149,7 +155,11 @@ class Service:
                                       stats_interval_ms=cfg.observe.interval_ms if client_id else 0)
         self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
                                  fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point)
-        admin = admin_client(settings)
+        # No re-bootstrap when every broker is down (a one-broker cluster restarting): an admin
+        # request made after librdkafka retired its broker handles aborts the process in
+        # librdkafka 2.16 (rd_kafka_enq_once_del_source_return: eonce->refcnt > 0), as the
+        # producer's hang does (KafkaOutput); it reconnects to the brokers it knew instead.
+        self.admin = admin = admin_client({**settings, "metadata.recovery.strategy": "none"})
         restore_reader = ChangelogReader(settings, f"{self.pipeline.name}-restore", fetch_wait_ms=20)
         self.restorer = Restorer(self.runner, restore_reader, lambda topics: topic_ids(admin, topics), self._restored)
         self.checkpointer = Checkpointer(self.runner, self.output, self.consumer, exactly_once=self.exactly_once,
@@ -160,6 +170,11 @@ class Service:
                                    lambda topics: topic_ids(admin, topics), cfg.processing.standby_replicas,
                                    assignment=lambda: stable_assignment(admin, self.pipeline.name),
                                    member_id=self.consumer.member_id, active=self._active_tasks)
+        probe = ClusterProbe(settings)
+        self.recovery = Recovery(lambda timeout_s: probe.why_not(settings, timeout_s), self._reset,
+                                 timeout_s=cfg.processing.broker_outage_timeout_ms / 1000,
+                                 where=settings["bootstrap.servers"])
+        self.checkpointer.on_broken = self.recovery.begin
         if self.observer is not None:
             self.restorer.on_progress = self.observer.publish
             self.checkpointer.on_checkpoint = self.observer.metrics.checkpoint_duration.observe
@@ -167,20 +182,26 @@ class Service:
                  self.instance_id, cfg.processing.guarantee.value, self.inputs, cfg.redacted())
         self.checkpointer.start()
         self.consumer.subscribe(self.inputs, self._on_assign, self._on_revoke, self._on_lost)
+        failed = False
         try:
             self._loop(until)
             if self.observer is not None:
                 self.observer.state = "stopping"
+            if self.checkpointer.broken is not None:
+                log.warning("stopping while the last checkpoint interval could not complete (%s): what was "
+                            "processed since the last checkpoint is processed again when the member starts",
+                            self.checkpointer.broken)
             self.checkpointer.checkpoint("shutdown")
         except BaseException as exc:
             # Nothing of the failed interval may commit: not its outputs, and not the
             # positions past the record that failed (leaving the group would otherwise commit).
+            failed = True
             if self.observer is not None:
                 self.observer.state, self.observer.error = "failed", f"{type(exc).__name__}: {exc}"
             self.checkpointer.abandon()
             raise
         finally:
-            self._shutdown()
+            self._shutdown(quiet=failed)
 
     def _loop(self, until: Callable[[Service], bool] | None) -> None:
         consume, runner = self.consumer.consume, self.runner
@@ -197,6 +218,8 @@ class Service:
             obs.heartbeat, obs.looping = time.monotonic(), True
         standby = self.standby
         while not self._stop and (until is None or not until(self)):
+            if self._recovering():  # a broken checkpoint or an unreachable cluster: nothing else runs
+                continue
             restoring = self.restorer.busy
             if restoring:
                 self.restorer.step()
@@ -227,6 +250,7 @@ class Service:
                 if now >= next_observe:
                     next_observe = now + observe_s
                     obs.observe()  # type: ignore[union-attr]
+                    self._check_client_id(now)
             ckpt.maybe_checkpoint()
 
     def _unrouted(self, msg: Any) -> None:
@@ -234,15 +258,60 @@ class Service:
         self.consumer.seek((msg.topic(), msg.partition()), msg.offset())
 
     def _consume_error(self, msg: Any) -> None:
-        err = msg.error()
-        if err.fatal():
-            raise FatalKafkaError(f"consumer: {err}")
-        log.warning("consumer: %s", err)
+        self.consumer.check_error(msg.error())
+
+    # -- recovery (framework.runtime.outage) ------------------------------------------------
+
+    def _recovering(self) -> bool:
+        """True while the member recovers from a broken checkpoint or waits for its cluster:
+        the round is the recovery's. The consumer is still polled (it keeps the membership
+        and serves rebalances); what it returns is dropped, as the recovery's reset rewinds
+        every input to its committed offset."""
+        rec, obs = self.recovery, self.observer
+        if not rec.active:
+            down = self.output.connectivity.down_since or self.consumer.connectivity.down_since
+            if down is None:
+                return False
+            if not rec.suspect(down):  # the clients lost their connections, but the cluster answers
+                self.output.connectivity.clear()
+                self.consumer.connectivity.clear()
+                return False
+            self.checkpointer.break_interval("the cluster cannot be reached")
+        now = time.monotonic()
+        if obs is not None:
+            obs.heartbeat = now
+            if now >= self._next_publish:  # /ready and /status say that the member recovers
+                self._next_publish = now + 1.0
+                self._publish()
+        self.consumer.consume(self.config.processing.consume_batch_size, 0.1)
+        if rec.step():
+            self._publish()
+        return True
+
+    def _reset(self) -> None:
+        """The member as after a crash, without one: a new producer (its init_transactions
+        settles the broken interval), every task restarted from its stores and restored from
+        its changelogs' committed tails, every input rewound to its committed offset."""
+        self.checkpointer.renew()
+        parts = sorted({p for _, p in self.assigned})
+        for p in parts:
+            self.restorer.cancel(p)
+            self.runner.stop(p)
+        self.restorer.start(parts)
+        self.consumer.pause(tp for tp in self.assigned if tp[1] in self.restorer.pending)
+        self.consumer.rewind_to_committed(self.assigned, self.config.processing.revoke_timeout_ms / 1000)
+        self.output.connectivity.clear()
+        self.consumer.connectivity.clear()
+        self.checkpointer.resume()
 
     def _warn_if_stalled(self, stall_s: float) -> None:
         """Nothing consumed for ``stall_s``: if records are waiting, say where everything stands."""
+        if time.monotonic() - self.recovery.ended_at < stall_s:
+            return  # the recovery's rounds consumed nothing on purpose
         waiting = self.consumer.backlog()
         if not waiting:
+            if not self.assigned:
+                self._check_idle_with_lag()
             return
         self.stall_warnings += 1
         parts = []
@@ -263,9 +332,55 @@ class Service:
                     "otherwise see the client log for broker errors", stall_s, "; ".join(parts),
                     ckpt.completed, ckpt.aborted)
 
-    def _shutdown(self) -> None:
+    def _check_client_id(self, now: float) -> None:
+        """Once after an assignment: does the group show this member's client id (which names
+        its endpoint to fw status)? A static member that replaced another (a second process
+        with its instance id, a restart on another port) keeps the replaced one's, so fw status
+        would ask a dead or fenced endpoint: leave and join again, which records it anew."""
+        if self._verify_client_id_at is None or now < self._verify_client_id_at:
+            return
+        self._verify_client_id_at = None
+        member = self.consumer.member_id()
+        try:
+            shown = client_ids(self.admin, self.pipeline.name).get(member or "")
+        except KafkaClientError:
+            return  # the cluster does not say now; fw status may show the old endpoint
+        if shown is None or shown == self.client_id or self._rejoined:
+            return  # rejoined once already: never a loop of rebalances over it
+        self._rejoined = True
+        log.info("the group shows this member under the client id of the member it replaced (%s): joining again, "
+                 "so that fw status finds this member's endpoint", shown)
+        self.consumer.rejoin()
+
+    def _check_idle_with_lag(self) -> None:
+        """This member holds no partition: if records wait in partitions that no member of the
+        group holds either, nobody processes them, and this member is not healthy (/health
+        503) until the group gives it some."""
+        held = held_partitions(self.admin, self.pipeline.name)
+        if held is None:  # a rebalance is under way
+            return
+        inputs = [(topic, p) for topic in self.inputs for p in range(self.partitions)]
+        lag = self.consumer.group_lag(tp for tp in inputs if tp not in held)
+        if not lag:
+            self.idle_with_lag = None
+            return
+        self.stall_warnings += 1
+        shown = ", ".join(f"{t}[{p}] {n}" for (t, p), n in sorted(lag.items())[:_STALL_DETAIL])
+        self.idle_with_lag = (f"this member holds no partition of group {self.pipeline.name!r}, and {sum(lag.values())} "
+                              f"records wait in partitions no member holds ({shown})")
+        log.warning("%s: the group does not give them to this member. See fw status %s; a member the group "
+                    "no longer counts (past max.poll.interval.ms, fenced) is restarted with its process",
+                    self.idle_with_lag, self.pipeline.name)
+
+    def _shutdown(self, quiet: bool = False) -> None:
+        """Leave the group and close everything. ``quiet``: the member is failing, and the
+        error that ends it is the one reported; what the cleanup raises goes to the debug log."""
         try:
             self.consumer.close()  # leaves the group (static: if configured); revoke runs first (a no-op checkpoint)
+        except Exception as exc:
+            if not quiet:
+                raise
+            log.debug("closing the consumer after the failure: %s", exc)
         finally:
             self.restorer.close()
             if self.standby is not None:
@@ -286,6 +401,9 @@ class Service:
         to hold paused until their restore is done (``_restored`` resumes them)."""
         self.assigned |= set(tps)
         self.has_assignment = True
+        self.idle_with_lag = None
+        if self.consumer.static and self.client_id:
+            self._verify_client_id_at = time.monotonic() + 1.0  # once the group is stable
         self.rebalances["assigned"] += 1
         numbers = sorted({p for _, p in tps} - set(self.runner.tasks) - set(self.restorer.pending))
         log.info("assigned partitions %s", numbers)
@@ -318,11 +436,15 @@ class Service:
         self._publish()
 
     def _on_lost(self, tps: list[TP]) -> None:
-        """The group moved on without us (session timeout): nothing of ours may commit."""
-        log.warning("partitions lost %s: aborting the open transaction", sorted({p for _, p in tps}))
+        """The group moved on without us (a session that timed out, an outage): nothing of
+        ours may commit; the recovery settles the interval (no broker call here: the cluster
+        may be away)."""
+        level = logging.INFO if self.recovery.unreachable else logging.WARNING  # an outage is said once
+        log.log(level, "partitions lost %s: the open interval is dropped, and processed again by whoever "
+                "gets them", sorted({p for _, p in tps}))
         self.rebalances["lost"] += 1
         self._drop(tps)
-        self.checkpointer.abort("partitions lost")
+        self.checkpointer.break_interval("partitions lost")
 
     def _drop(self, tps: list[TP]) -> None:
         self.assigned -= set(tps)

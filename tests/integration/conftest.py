@@ -3,6 +3,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from framework.broker.local import LocalBroker, free_port_pair
 from framework.broker.registry import DEFAULT_PORT, LocalRegistry, external_registry, free_port
 from tests.integration.harness import ServiceProcess
 
@@ -41,3 +42,15 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield status.url
     finally:
         registry.stop()
+
+
+@pytest.fixture
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A broker of the test's own, to kill and restart: its directory is named, so
+    FW_BOOTSTRAP_SERVERS (the suite's cluster) does not stand in for it."""
+    own = LocalBroker(tmp_path_factory.mktemp("fault-broker"), free_port_pair(29800))
+    own.start()
+    try:
+        yield own
+    finally:
+        own.wipe()

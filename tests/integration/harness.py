@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from framework.broker.local import LocalBroker
@@ -208,7 +208,12 @@ def kill_at_random_after(svc: ServiceProcess, progressed: Callable[[], bool], rn
 
 
 class Tail:
-    """A read_committed reader that accumulates a topic's records as they become visible."""
+    """A read_committed reader that accumulates a topic's records as they become visible.
+
+    It is assigned every partition (once the topic exists) rather than subscribed in a
+    group: a group member that outlives a broker outage longer than its session would be
+    given its partitions again from the start (it commits nothing) after waiting out its
+    predecessor's session, reading every record twice and late."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
@@ -217,12 +222,26 @@ class Tail:
             "bootstrap.servers": bootstrap, "group.id": f"tail-{time.time_ns()}", "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
         })
-        self._c.subscribe([topic])
+        self._assigned = False
+
+    def _assign(self) -> bool:
+        if not self._assigned:
+            try:
+                info = self._c.list_topics(self.topic, timeout=10).topics.get(self.topic)
+            except KafkaException:
+                return False  # the broker is away: nothing to read now
+            if info is None or info.error is not None or not info.partitions:
+                return False  # not created yet (the service creates its outputs)
+            self._c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in info.partitions])
+            self._assigned = True
+        return True
 
     def drain(self, max_s: float = float("inf")) -> int:
         """Read what is visible now; return the total count. ``max_s`` bounds the reading
         while new records keep arriving (a steady input never lets the topic go quiet)."""
         deadline = time.monotonic() + max_s
+        if not self._assign():
+            return 0
         while True:
             msgs = self._c.consume(10_000, 0.5)
             for msg in msgs:

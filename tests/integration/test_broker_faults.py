@@ -14,12 +14,12 @@ import random
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from framework.broker.local import LocalBroker, free_port_pair
+from framework.broker.local import LocalBroker
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from tests.integration.harness import (
     EvenOddOutputs,
@@ -54,20 +54,6 @@ def _feed(bootstrap: str, suffix: str, chunk: tuple[int, int]) -> None:
 
 def _create_input(bootstrap: str, suffix: str) -> None:
     ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec(f"numbers-{suffix}", 4)])
-
-
-# -- a broker of the test's own ----------------------------------------------------------
-
-@pytest.fixture
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    """A broker of the test's own: its directory is named, so FW_BOOTSTRAP_SERVERS (the
-    suite's cluster) does not stand in for it."""
-    own = LocalBroker(tmp_path_factory.mktemp("fault-broker"), free_port_pair(29800))
-    own.start()
-    try:
-        yield own
-    finally:
-        own.wipe()
 
 
 def _more_than(out: EvenOddOutputs, outputs: int) -> Callable[[], bool]:
