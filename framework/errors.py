@@ -17,8 +17,10 @@ One root, ``FrameworkError``; every error the framework raises on purpose derive
     │   ├── ProcessingError    user code raised while processing the record
     │   └── TimestampError     no usable event timestamp, or one the output topic refuses
     ├── KafkaClientError       a client call failed; carries the librdkafka error
-    │   └── FatalKafkaError    the producer/consumer cannot continue (e.g. fenced)
-    │       └── AccessProblem  the cluster refused the login or an operation (ACLs)
+    │   └── FatalKafkaError    the producer/consumer cannot continue
+    │       ├── AccessProblem  the cluster refused the login or an operation (ACLs)
+    │       ├── FencedError    another process took over the member's instance or transactional id
+    │       └── OutageTooLong  the cluster stayed unreachable past processing.broker_outage_timeout_ms
     └── StateError             a state store could not be opened, restored or written
 """
 
@@ -66,6 +68,15 @@ class KafkaClientError(FrameworkError):
 
 class FatalKafkaError(KafkaClientError):
     """The client is in a state it cannot leave (fenced, fatal error): the process must stop."""
+
+
+class FencedError(FatalKafkaError):
+    """Another process joined with this member's instance id, or started a producer with its
+    transactional id: this one must stop (names the id and the fix)."""
+
+
+class OutageTooLong(FatalKafkaError):
+    """The cluster could not be reached for longer than ``processing.broker_outage_timeout_ms``."""
 
 
 class AccessProblem(FatalKafkaError):

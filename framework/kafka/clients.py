@@ -30,6 +30,7 @@ from framework.errors import (
     AccessProblem,
     ConfigError,
     FatalKafkaError,
+    FencedError,
     KafkaClientError,
     RecordTooLargeError,
     TimestampError,
@@ -445,16 +446,7 @@ class GroupConsumer:
             on_lost([(tp.topic, tp.partition) for tp in parts])
             released(consumer, parts)
 
-        self._subscription = (topics, {"on_assign": assigned, "on_revoke": revoked, "on_lost": lost})
-        self._c.subscribe(topics, **self._subscription[1])
-
-    def rejoin(self) -> None:
-        """Leave the group and join it again with the same subscription: the partitions are
-        revoked (``on_revoke``) and assigned again. A static member sends its LeaveGroup on
-        unsubscribe (see ``_leave``), so the broker records it anew, client id included."""
-        topics, callbacks = self._subscription
-        self._c.unsubscribe()
-        self._c.subscribe(topics, **callbacks)
+        self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=lost)
 
     def consume(self, n: int, timeout_s: float) -> list[Message]:
         """Up to ``n`` records (and error events); a fatal error of the consumer is raised
@@ -480,7 +472,7 @@ class GroupConsumer:
         """The one line for the consumer's fatal ``err`` (an error event or record)."""
         text = err.str()
         if err.code() == KafkaError.FENCED_INSTANCE_ID or "fenced" in text.lower():
-            return FatalKafkaError(
+            return FencedError(
                 f"another member joined group {self.group!r} with this member's instance id {self.instance_id!r} "
                 "(its static group.instance.id) and the group fenced this one: two processes run with "
                 f"--instance-id {self.instance_id}. Fix: give every member its own --instance-id (fw run "
@@ -593,11 +585,12 @@ class GroupConsumer:
             self._c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()],
                            asynchronous=False)
 
-    def close(self) -> None:
+    def close(self, leave: bool = True) -> None:
         """Leave the group (a static member only with ``leave_on_close``) and close. A consumer
-        that failed fatally cannot leave: it is only closed."""
+        that failed fatally cannot leave, nor one whose cluster is away (``leave`` false): it is
+        only closed."""
         try:
-            if self.static and self.leave_on_close and self.connectivity.fatal is None:
+            if leave and self.static and self.leave_on_close and self.connectivity.fatal is None:
                 self._leave(_LEAVE_TIMEOUT_S)
         finally:
             self._c.close()

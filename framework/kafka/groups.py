@@ -66,15 +66,19 @@ def held_partitions(admin: AdminClient, group: str, timeout_s: float = 10.0) -> 
             for tp in (m.assignment.topic_partitions if m.assignment else [])}
 
 
-def client_ids(admin: AdminClient, group: str, timeout_s: float = 10.0) -> dict[str, str]:
-    """``member id -> client.id`` of every member of ``group``, as the broker records them
-    (a static member that replaced another keeps the replaced one's client id)."""
+def static_member(admin: AdminClient, group: str, instance_id: str,
+                  timeout_s: float = 10.0) -> tuple[str, str] | None:
+    """``(client id, host)`` of the member of ``group`` whose ``group.instance.id`` is
+    ``instance_id``, or None when no member has it."""
     try:
         [description] = [f.result() for f in admin.describe_consumer_groups([group],
                                                                             request_timeout=timeout_s).values()]
     except KafkaException as exc:
         raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
-    return {m.member_id: m.client_id for m in description.members}
+    for m in description.members:
+        if m.group_instance_id == instance_id:
+            return m.client_id, m.host
+    return None
 
 
 def commit_offsets(settings: Mapping[str, Any], group: str, offsets: Mapping[TP, int],

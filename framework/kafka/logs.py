@@ -15,7 +15,8 @@ forgotten, so the condition's return is logged again.
 lines: a broker disconnected or refusing) and of the retries while a restarted broker loads
 (a coordinator loading, a producer id not granted yet, a leader not known yet): the service reports an unreachable cluster
 in its own words, once (``framework.runtime.outage``). While ``quiet`` is set (an outage is
-being waited out) every client line below CRITICAL is demoted.
+being waited out) every client line below CRITICAL is demoted. A fatal error's own line
+(``FATAL``) is demoted too: the service stops with a line of its own that names the cause.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Repeats(logging.Filter):
         return True
 
 
-_TRANSIENT = re.compile(r"^(FAIL |GETPID |.*(Coordinator load in progress|not found in cache|brokers are down))")
+_TRANSIENT = re.compile(r"^(FAIL |FATAL |GETPID |.*(Coordinator load in progress|not found in cache|brokers are down))")
 
 
 class Transport(logging.Filter):
@@ -67,9 +68,10 @@ class Transport(logging.Filter):
     quiet = False  # an outage is being waited out: every client line but CRITICAL is demoted
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.CRITICAL:
+        message = record.getMessage()
+        if record.levelno >= logging.CRITICAL and not message.startswith("FATAL "):
             return True
-        if not (Transport.quiet or _TRANSIENT.match(record.getMessage())):
+        if not (Transport.quiet or _TRANSIENT.match(message)):
             return True
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return CLIENT_LOG.isEnabledFor(logging.DEBUG)

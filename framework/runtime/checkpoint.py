@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from framework.engine.runner import TaskRunner
-from framework.errors import FatalKafkaError
+from framework.errors import FatalKafkaError, FencedError
 from framework.kafka.clients import TP, classify
 from framework.runtime.faults import crash_point
 
@@ -148,7 +148,7 @@ class Checkpointer:
     def _fatal(self, exc: Exception) -> FatalKafkaError:
         text = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
         if "fenced" in text.lower():
-            return FatalKafkaError(
+            return FencedError(
                 f"the producer with transactional id {self.transactional_id!r} was fenced ({text}): another "
                 "process started with the same service and --instance-id, or this one held a transaction open "
                 "longer than kafka.transaction_timeout_ms. Fix: give every member its own --instance-id")
@@ -157,9 +157,9 @@ class Checkpointer:
     def abort(self, why: str = "") -> None:
         """Abort the open transaction; forget its state writes; rewind to the committed offsets.
         An abort that cannot complete breaks the interval instead (``break_interval``)."""
-        log.warning("aborting the checkpoint interval%s", f": {why}" if why else "")
         if self.broken is not None:
-            return
+            return  # the recovery settles it
+        log.warning("aborting the checkpoint interval%s", f": {why}" if why else "")
         if self.exactly_once:
             try:
                 self.output.abort(self.timeout_s)

@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from framework.errors import FatalKafkaError
+from framework.errors import FatalKafkaError, OutageTooLong
 from framework.kafka.clients import classify, client_error
 from framework.kafka.logs import Transport
 
@@ -112,7 +112,7 @@ class Recovery:
     def _check_deadline(self, reason: str) -> None:
         waited = time.monotonic() - self.since
         if waited > self.timeout_s:
-            raise FatalKafkaError(
+            raise OutageTooLong(
                 f"the Kafka cluster at {self.where} could not be reached for {waited:.0f} s ({reason}), longer "
                 f"than processing.broker_outage_timeout_ms ({self.timeout_s * 1000:.0f}). Fix: bring the brokers "
                 "back; the member continues from its last checkpoint when it is started again (raise "

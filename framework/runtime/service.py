@@ -23,12 +23,18 @@ from typing import Any, cast
 from framework.config import Config, Guarantee, OnError
 from framework.engine.context import InputRecord
 from framework.engine.runner import TaskRunner
-from framework.errors import AccessProblem, FatalKafkaError, KafkaClientError
+from framework.errors import (
+    AccessProblem,
+    FatalKafkaError,
+    FencedError,
+    KafkaClientError,
+    OutageTooLong,
+)
 from framework.kafka.acl import Grant, denied, missing_grants
 from framework.kafka.admin import admin_client, topic_ids
 from framework.kafka.clients import TP, ChangelogReader, GroupConsumer, KafkaOutput
 from framework.kafka.connect import ClusterProbe, client_failure, wait_for_cluster
-from framework.kafka.groups import client_ids, held_partitions, stable_assignment
+from framework.kafka.groups import stable_assignment
 from framework.observe.metrics import multiprocess_dir
 from framework.observe.observer import Observer
 from framework.observe.server import StatusServer
@@ -36,6 +42,7 @@ from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.faults import crash_point
+from framework.runtime.membership import refuse_a_taken_instance_id, unheld_backlog
 from framework.runtime.outage import Recovery
 from framework.runtime.restore import Restorer
 from framework.runtime.standby import Standby
@@ -71,8 +78,6 @@ class Service:
         self.idle_with_lag: str | None = None  # why this member, holding nothing, cannot be healthy
         self._next_publish = 0.0  # while recovering: when /status is published next
         self.client_id: str | None = None  # what advertises the endpoint to fw status
-        self._verify_client_id_at: float | None = None  # after an assignment: see _check_client_id
-        self._rejoined = False
         self.observer: Observer | None = None
         self.standby: Standby | None = None
         self.server: StatusServer | None = None
@@ -100,8 +105,9 @@ class Service:
             self._run(until, cfg, settings, client_id)
         except Exception as exc:
             said = client_failure(exc)
-            if isinstance(exc, AccessProblem) or not (said or isinstance(exc, KafkaClientError)):
-                raise
+            if isinstance(exc, (AccessProblem, FencedError, OutageTooLong)) or not (
+                    said or isinstance(exc, KafkaClientError)):
+                raise  # the cause is known: no question to the cluster (it may be away) first
             # A denied operation surfaces wherever the client noticed it (a transaction in an
             # error state, a produce refused): ask the cluster what this principal lacks.
             missing = _missing_grants(settings, self.pipeline)
@@ -180,6 +186,8 @@ class Service:
             self.checkpointer.on_checkpoint = self.observer.metrics.checkpoint_duration.observe
         log.info("service %s instance %s starting: %s, inputs %s, config %s", self.pipeline.name,
                  self.instance_id, cfg.processing.guarantee.value, self.inputs, cfg.redacted())
+        if self.static_id:
+            refuse_a_taken_instance_id(self.admin, self.pipeline.name, self.static_id, self.client_id)
         self.checkpointer.start()
         self.consumer.subscribe(self.inputs, self._on_assign, self._on_revoke, self._on_lost)
         failed = False
@@ -250,7 +258,6 @@ class Service:
                 if now >= next_observe:
                     next_observe = now + observe_s
                     obs.observe()  # type: ignore[union-attr]
-                    self._check_client_id(now)
             ckpt.maybe_checkpoint()
 
     def _unrouted(self, msg: Any) -> None:
@@ -332,51 +339,25 @@ class Service:
                     "otherwise see the client log for broker errors", stall_s, "; ".join(parts),
                     ckpt.completed, ckpt.aborted)
 
-    def _check_client_id(self, now: float) -> None:
-        """Once after an assignment: does the group show this member's client id (which names
-        its endpoint to fw status)? A static member that replaced another (a second process
-        with its instance id, a restart on another port) keeps the replaced one's, so fw status
-        would ask a dead or fenced endpoint: leave and join again, which records it anew."""
-        if self._verify_client_id_at is None or now < self._verify_client_id_at:
-            return
-        self._verify_client_id_at = None
-        member = self.consumer.member_id()
-        try:
-            shown = client_ids(self.admin, self.pipeline.name).get(member or "")
-        except KafkaClientError:
-            return  # the cluster does not say now; fw status may show the old endpoint
-        if shown is None or shown == self.client_id or self._rejoined:
-            return  # rejoined once already: never a loop of rebalances over it
-        self._rejoined = True
-        log.info("the group shows this member under the client id of the member it replaced (%s): joining again, "
-                 "so that fw status finds this member's endpoint", shown)
-        self.consumer.rejoin()
-
     def _check_idle_with_lag(self) -> None:
-        """This member holds no partition: if records wait in partitions that no member of the
-        group holds either, nobody processes them, and this member is not healthy (/health
-        503) until the group gives it some."""
-        held = held_partitions(self.admin, self.pipeline.name)
-        if held is None:  # a rebalance is under way
-            return
+        """This member holds no partition: if records wait where no member of its group reads,
+        nobody processes them, and this member is not healthy (/health 503) until the group
+        gives it some."""
         inputs = [(topic, p) for topic in self.inputs for p in range(self.partitions)]
-        lag = self.consumer.group_lag(tp for tp in inputs if tp not in held)
-        if not lag:
-            self.idle_with_lag = None
-            return
-        self.stall_warnings += 1
-        shown = ", ".join(f"{t}[{p}] {n}" for (t, p), n in sorted(lag.items())[:_STALL_DETAIL])
-        self.idle_with_lag = (f"this member holds no partition of group {self.pipeline.name!r}, and {sum(lag.values())} "
-                              f"records wait in partitions no member holds ({shown})")
-        log.warning("%s: the group does not give them to this member. See fw status %s; a member the group "
-                    "no longer counts (past max.poll.interval.ms, fenced) is restarted with its process",
-                    self.idle_with_lag, self.pipeline.name)
+        self.idle_with_lag = unheld_backlog(self.admin, self.consumer, self.pipeline.name, inputs)
+        if self.idle_with_lag:
+            self.stall_warnings += 1
+            log.warning("%s: the group does not give them to this member. See fw status %s; a member the group "
+                        "no longer counts (past max.poll.interval.ms, fenced) is restarted with its process",
+                        self.idle_with_lag, self.pipeline.name)
 
     def _shutdown(self, quiet: bool = False) -> None:
         """Leave the group and close everything. ``quiet``: the member is failing, and the
         error that ends it is the one reported; what the cleanup raises goes to the debug log."""
         try:
-            self.consumer.close()  # leaves the group (static: if configured); revoke runs first (a no-op checkpoint)
+            # leaves the group (static: if configured; not while the cluster is away); revoke runs
+            # first (a no-op checkpoint)
+            self.consumer.close(leave=not self.recovery.unreachable)
         except Exception as exc:
             if not quiet:
                 raise
@@ -402,8 +383,6 @@ class Service:
         self.assigned |= set(tps)
         self.has_assignment = True
         self.idle_with_lag = None
-        if self.consumer.static and self.client_id:
-            self._verify_client_id_at = time.monotonic() + 1.0  # once the group is stable
         self.rebalances["assigned"] += 1
         numbers = sorted({p for _, p in tps} - set(self.runner.tasks) - set(self.restorer.pending))
         log.info("assigned partitions %s", numbers)

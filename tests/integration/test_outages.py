@@ -155,37 +155,46 @@ def test_an_outage_past_its_timeout_ends_the_member_with_one_line_and_nothing_is
     out.close()
 
 
+def _error_lines(svc: ServiceProcess) -> list[str]:
+    return [line for line in svc.log_text().splitlines() if line.startswith("error:")]
+
+
 @pytest.mark.chaos
+@pytest.mark.parametrize("endpoint", [True, False], ids=["refused", "fenced"])
 def test_two_members_with_one_instance_id_leave_one_running_and_a_one_line_error(
-        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess], endpoint: bool) -> None:
     """A second process started with a running member's --instance-id (its own state
-    directory) fences the first: the first exits within seconds, non-zero, with one error
-    line naming the id and the fix; the second does the work, exactly once."""
+    directory): when the member's endpoint answers healthy, the second refuses to start;
+    when it has none (observe disabled), the second joins and fences it, and the first exits.
+    Either way one exits within seconds, non-zero, with one error line naming the id and the
+    fix, the other does the work exactly once, and fw status shows the one left."""
     ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(f"numbers-{unique}", 4)])
     env = _env(kafka_bootstrap, unique)
-    first = ServiceProcess(TARGET, tmp_path / "a", "0", env)
-    second = ServiceProcess(TARGET, tmp_path / "b", "0", env)
+    first_env = env if endpoint else {**env, "FW_OBSERVE__ENABLED": "false"}
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    services.extend([first.start()])
+    first = ServiceProcess(TARGET, tmp_path / "a", "0", first_env)
+    second = ServiceProcess(TARGET, tmp_path / "b", "0", env)
+    services.append(first.start())
     out = EvenOddOutputs(kafka_bootstrap, unique, N)
     _feed(kafka_bootstrap, unique, 1, N // 2)
     wait_until(lambda: out.seen.drain() > N // 8, 120, "the first member's progress", first.log_text)
     services.append(second.start())
-    wait_until(lambda: not first.alive, 60, "the fenced member's exit", first.log_text)
-    assert first.wait_exit(5) == 1
-    errors = [line for line in first.log_text().splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, first.log_text()[-3000:]
+    loser, winner = (second, first) if endpoint else (first, second)
+    wait_until(lambda: not loser.alive, 60, "one member's exit", loser.log_text)
+    assert loser.wait_exit(5) == 1
+    errors = _error_lines(loser)
+    assert len(errors) == 1, loser.log_text()[-3000:]
     assert "instance id '0'" in errors[0] and "--instance-id" in errors[0], errors[0]
+    assert ("is taken: a healthy member runs" if endpoint else "fenced this one") in errors[0], errors[0]
     _feed(kafka_bootstrap, unique, N // 2, N + 1)
-    wait_until(out.complete, 180, "all outputs from the second member",
-               lambda: f"{out.drain()}\n{second.log_text()[-3000:]}")
-    # the group recorded the second under the first's client id: it joined again, so that
-    # fw status shows its endpoint, not the fenced one's
-    live = second.endpoint().rsplit(":", 1)[1]
-    wait_until(lambda: [m.endpoint and m.endpoint.rsplit(":", 1)[1] for m in _status(kafka_bootstrap, unique)] == [live],
-               60, "fw status showing the live member", second.log_text)
-    assert second.alive and _code(second.endpoint() + "/health") == 200
-    assert second.stop() == 0
+    wait_until(out.complete, 180, "all outputs from the member left",
+               lambda: f"{out.drain()}\n{winner.log_text()[-3000:]}")
+    assert winner.alive and not _error_lines(winner)
+    if endpoint:
+        live = winner.endpoint().rsplit(":", 1)[1]
+        assert [m.endpoint and m.endpoint.rsplit(":", 1)[1] for m in _status(kafka_bootstrap, unique)] == [live]
+        assert _code(winner.endpoint() + "/health") == 200
+    assert winner.stop() == 0
     check_exactly_once(out, N, KEYS)
     out.close()

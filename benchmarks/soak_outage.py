@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Soak: a member of an exactly-once service rides out outages of its only broker.
 
 Starts a broker of its own (on free ports, in a temporary directory), one member of the
@@ -8,10 +7,12 @@ member processes, starts it again on the same directory after that many seconds,
 measures how long the member takes to process again. At the end it checks the outputs
 read_committed: every input exactly once. Prints one line per outage and a summary.
 
-    scripts/soak-outage 10 45 100 300           # four outages, one after the other
-    scripts/soak-outage --outage-timeout-ms 60000 90   # past the timeout: the member must exit
+    .venv/bin/python benchmarks/soak_outage.py 10 45 100 300        # four outages, one after another
+    .venv/bin/python benchmarks/soak_outage.py --graceful 30        # the broker stopped cleanly
+    .venv/bin/python benchmarks/soak_outage.py --outage-timeout-ms 60000 90   # past the timeout: the
+                                                                    # member exits, is started again
 
-Outside the test suite (minutes per outage); its figures are in docs/operations.md.
+Outside the test suite (minutes per outage); its figures are in docs/operations.md, "Outages".
 """
 
 from __future__ import annotations
