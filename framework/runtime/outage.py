@@ -51,7 +51,6 @@ class Recovery:
         self.why = ""
         self.since = 0.0
         self.ended_at = -float("inf")  # monotonic seconds of the last recovery's end
-        self.outages = 0
         self._said = False  # the start of this recovery was logged
         self._next_ask = 0.0
 
@@ -103,7 +102,6 @@ class Recovery:
         if self.unreachable:
             return
         self.unreachable = self._said = True
-        self.outages += 1
         Transport.quiet = True  # the clients' own lines say the same, again and again
         log.warning("the Kafka cluster at %s cannot be reached (%s): waiting for it, for at most %.0f s "
                     "(processing.broker_outage_timeout_ms); nothing is processed meanwhile, and processing "
@@ -122,7 +120,7 @@ class Recovery:
         took = time.monotonic() - self.since
         if self.unreachable:
             log.info("the Kafka cluster at %s answers again after %.1f s: processing continues from the last "
-                        "checkpoint", self.where, took)
+                     "checkpoint", self.where, took)
         else:
             log.info("recovered in %.1f s: processing continues from the last checkpoint", took)
         Transport.quiet = False

@@ -148,3 +148,40 @@ def test_the_clients_connection_lines_go_to_the_debug_log(caplog: pytest.LogCapt
                        "127.0.0.1:9092/1: Broker: Coordinator load in progress: retrying")
     CLIENT_LOG.warning("CONFWARN [rdkafka#producer-1] [thrd:app]: Configuration property x is deprecated")
     assert [r.getMessage().split()[0] for r in caplog.records] == ["CONFWARN"]
+
+
+class Lagging:
+    """A group member's consumer that sees records waiting in the partitions it is asked about."""
+
+    def __init__(self, lag: dict[tuple[str, int], int]) -> None:
+        self.lag = lag
+
+    def group_lag(self, tps: object) -> dict[tuple[str, int], int]:
+        return {tp: n for tp in tps if (n := self.lag.get(tp, 0))}  # type: ignore[attr-defined]
+
+
+def test_a_member_holding_nothing_is_told_of_records_no_member_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from framework.runtime import membership
+
+    inputs = [("orders", p) for p in range(4)]
+    consumer = Lagging({("orders", 1): 5, ("orders", 3): 7})
+    monkeypatch.setattr(membership, "held_partitions", lambda admin, group: {("orders", 1)})
+    said = membership.unheld_backlog(None, consumer, "svc", inputs)  # type: ignore[arg-type]
+    assert said is not None and "7 records wait in partitions no member holds (orders[3] 7)" in said
+    monkeypatch.setattr(membership, "held_partitions", lambda admin, group: {("orders", 1), ("orders", 3)})
+    assert membership.unheld_backlog(None, consumer, "svc", inputs) is None  # type: ignore[arg-type]
+    monkeypatch.setattr(membership, "held_partitions", lambda admin, group: None)  # a rebalance
+    assert membership.unheld_backlog(None, consumer, "svc", inputs) is None  # type: ignore[arg-type]
+
+
+def test_health_is_503_while_the_member_idles_with_lag_nobody_holds() -> None:
+    from types import SimpleNamespace
+
+    from framework.observe.observer import Observer
+
+    service = SimpleNamespace(pipeline=SimpleNamespace(name="svc"), instance_id="0", idle_with_lag=None)
+    obs = Observer(service, 1.0, 60.0)
+    assert obs.health()[0]
+    service.idle_with_lag = "this member holds no partition of group 'svc', and 7 records wait"
+    ok, body = obs.health()
+    assert not ok and body["status"] == "idle with lag" and "7 records wait" in body["why"]
