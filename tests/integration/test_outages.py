@@ -1,8 +1,11 @@
 """Outages of the cluster and fatal client errors, on the real broker (docs/operations.md,
 "Outages"): a member waits out its only broker SIGKILLed or stopped for a while, keeps its
 process and endpoint (``/health`` 200, ``/ready`` 503 meanwhile), and goes on exactly once
-when the broker is back; an outage past ``processing.broker_outage_timeout_ms``, or another
-process with the member's instance id, ends it promptly with one line naming the cause.
+when the broker is back; an outage past ``processing.broker_outage_timeout_ms`` ends it
+promptly with one line naming the cause; of two processes with one instance id, one is left
+running and the other exits with one line (the newcomer refuses to start; or, when the
+member it would replace has no endpoint to ask, the newcomer joins and the member it fences
+exits).
 
 The broker killed here is the test's own (the ``broker`` fixture), never the suite's.
 """
