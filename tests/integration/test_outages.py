@@ -104,10 +104,10 @@ def _outage(broker: LocalBroker, seconds: float, graceful: bool) -> None:
 def test_a_member_waits_out_an_outage_of_its_broker_and_goes_on_exactly_once(
         broker: LocalBroker, unique: str, tmp_path: Path, services: list[ServiceProcess],
         how: str, seconds: float) -> None:
-    """Within the session timeout (5 s), past it (15 s, 45 s: the group takes the partitions
-    away and gives them back), and with a broker stopped cleanly: the member keeps its
-    process, answers /health 200 and /ready 503 while the broker is away, says so once, and
-    processes again when it is back, each input's effects committed once."""
+    """Short and long outages (the broker's restart adds 10-15 s, so the group takes the
+    partitions away and gives them back every time), and a broker stopped cleanly: the
+    member keeps its process, answers /health 200 and /ready 503 while the broker is away,
+    says so once, and processes again when it is back, each input's effects committed once."""
     svc, out = _start(broker, unique, tmp_path, services)
     bootstrap = broker.bootstrap
     _feed(bootstrap, unique, 1, N // 2)
