@@ -184,8 +184,8 @@ class Checkpointer:
 
     def renew(self) -> None:
         """The recovery's step for the producer: a new one, its transactions initialised (which
-        settles the broken interval's), and a new interval begun. Raises what fails (the
-        cluster still away: the recovery asks again)."""
+        settles the broken interval's); ``resume`` begins the next interval. Raises what fails
+        (the cluster still away: the recovery asks again)."""
         self.output.renew()
         if self.exactly_once:
             self.output.init_transactions(self.timeout_s)
