@@ -24,14 +24,24 @@ from framework.kafka.logs import CLIENT_LOG
 TP = tuple[str, int]
 
 
-def active_members(settings: Mapping[str, Any], group: str, timeout_s: float = 30.0) -> list[str]:
-    """The members of ``group`` now (``host/client id``), empty when nobody runs the service."""
-    admin = AdminClient({"logger": CLIENT_LOG, **settings})
+def _describe(admin: AdminClient, group: str, timeout_s: float) -> Any:
+    """The broker's description of ``group`` (state, members, their assignments)."""
     try:
         [description] = [f.result() for f in admin.describe_consumer_groups([group],
                                                                             request_timeout=timeout_s).values()]
     except KafkaException as exc:
         raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
+    return description
+
+
+def _held(member: Any) -> set[TP]:
+    return {(tp.topic, tp.partition) for tp in (member.assignment.topic_partitions if member.assignment else [])}
+
+
+def active_members(settings: Mapping[str, Any], group: str, timeout_s: float = 30.0) -> list[str]:
+    """The members of ``group`` now (``host/client id``), empty when nobody runs the service."""
+    admin = AdminClient({"logger": CLIENT_LOG, **settings})
+    description = _describe(admin, group, timeout_s)
     return [f"{m.host}/{m.client_id}" for m in description.members]
 
 
@@ -40,41 +50,26 @@ def stable_assignment(admin: AdminClient, group: str,
     """``member id -> (ring key, assigned partitions)`` of ``group`` when it is stable, else
     None (a rebalance is under way). The ring key is the static ``group.instance.id`` when the
     member has one, else its member id: what orders members for standby placement."""
-    try:
-        [description] = [f.result() for f in admin.describe_consumer_groups([group],
-                                                                            request_timeout=timeout_s).values()]
-    except KafkaException as exc:
-        raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
+    description = _describe(admin, group, timeout_s)
     if description.state != ConsumerGroupState.STABLE:
         return None
-    return {m.member_id: (m.group_instance_id or m.member_id,
-                          {(tp.topic, tp.partition) for tp in (m.assignment.topic_partitions if m.assignment else [])})
-            for m in description.members}
+    return {m.member_id: (m.group_instance_id or m.member_id, _held(m)) for m in description.members}
 
 
 def held_partitions(admin: AdminClient, group: str, timeout_s: float = 10.0) -> set[TP] | None:
     """Every partition some member of ``group`` holds now (none when the group is empty), or
     None while a rebalance is under way."""
-    try:
-        [description] = [f.result() for f in admin.describe_consumer_groups([group],
-                                                                            request_timeout=timeout_s).values()]
-    except KafkaException as exc:
-        raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
+    description = _describe(admin, group, timeout_s)
     if description.state in (ConsumerGroupState.PREPARING_REBALANCE, ConsumerGroupState.COMPLETING_REBALANCE):
         return None
-    return {(tp.topic, tp.partition) for m in description.members
-            for tp in (m.assignment.topic_partitions if m.assignment else [])}
+    return set().union(*(_held(m) for m in description.members))
 
 
 def static_member(admin: AdminClient, group: str, instance_id: str,
                   timeout_s: float = 10.0) -> tuple[str, str] | None:
     """``(client id, host)`` of the member of ``group`` whose ``group.instance.id`` is
     ``instance_id``, or None when no member has it."""
-    try:
-        [description] = [f.result() for f in admin.describe_consumer_groups([group],
-                                                                            request_timeout=timeout_s).values()]
-    except KafkaException as exc:
-        raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
+    description = _describe(admin, group, timeout_s)
     for m in description.members:
         if m.group_instance_id == instance_id:
             return m.client_id, m.host
