@@ -93,9 +93,16 @@ class RecordCoordinates:
     offset: int
     key: bytes | None = None
     timestamp: int | None = None
+    origin: str | None = None  # ``topic[partition]@offset`` of the input record it was made from
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]@{self.offset}"
+
+    def described(self) -> str:
+        """The record for people: its origin first when it crossed a repartition topic
+        (``orders[0]@42 (through shop-by-user-repartition[1]@7)``), else ``topic[partition]@offset``."""
+        here = str(self)
+        return here if self.origin is None or self.origin == here else f"{self.origin} (through {here})"
 
 
 class RecordError(FrameworkError):
@@ -131,7 +138,7 @@ class RecordError(FrameworkError):
         return self._render()
 
     def _render(self) -> str:
-        where = str(self.coordinates) if self.coordinates else "<no source record>"
+        where = self.coordinates.described() if self.coordinates else "<no source record>"
         text = f"{where}"
         if self.step:
             text += f" in step {self.step!r}"

@@ -126,12 +126,15 @@ def _log_thread_uncaught(args: threading.ExceptHookArgs) -> None:
 def record_fields(coordinates: RecordCoordinates | None, step: str | None = None, *,
                   key: bytes | None = None) -> dict[str, Any]:
     """A record's coordinates as ``extra=`` fields of a log call: ``topic``, ``partition``,
-    ``offset``, ``timestamp``, ``key`` as text (at most 200 characters) and
-    ``step``. ``key`` stands in for the coordinates' key when there are none (a timer's)."""
+    ``offset``, ``timestamp``, ``origin`` (when it crossed a repartition topic), ``key`` as
+    text (at most 200 characters) and ``step``. ``key`` stands in for the coordinates' key
+    when there are none (a timer's)."""
     fields: dict[str, Any] = {}
     if coordinates is not None:
         fields.update(topic=coordinates.topic, partition=coordinates.partition,
                       offset=coordinates.offset, timestamp=coordinates.timestamp)
+        if coordinates.origin is not None:
+            fields["origin"] = coordinates.origin
         key = coordinates.key if key is None else key
     fields["key"] = None if key is None else key.decode("utf-8", errors="replace")[:KEY_CHARS]
     fields["step"] = step

@@ -103,33 +103,29 @@ def topics_tail(topic: str, service: str | None, schema: str | None, last: int, 
     decoder = (Tl.service_decoder(load_service(service), topic) if service
                else Tl.schema_decoder(schema) if schema else Tl.RAW)
     rows = Tl.tail(_settings(config_file), topic, decoder, start=start, last=last, follow=follow)
+    shown = 0
     try:
-        if as_json:
-            for r in rows:
+        for r in rows:
+            if as_json:
                 out.emit_json(r.as_dict(), lines=True)
-        elif follow:
-            for r in rows:
+            else:
                 out.lines([_tail_line(r)])
-        else:
-            cells = [_tail_cells(r) for r in rows]
-            if not cells:
-                out.lines([f"no committed records in {topic} from there"])
-                return
-            out.table(None, ["partition", "offset", "timestamp", "key", "value", "headers"], cells,
-                      fold=("key", "value", "headers"))
+            shown += 1
     except KeyboardInterrupt:
         return  # the end of a follow
-
-
-def _tail_cells(r: Tl.TailRow) -> tuple[str, ...]:
-    value = f"! {r.where}: {r.error} (raw: {out.shown(r.value)})" if r.error else out.shown(r.value)
-    return (str(r.partition), str(r.offset), out.when(r.timestamp), out.shown(r.key), value,
-            out.shown(r.headers) if r.headers else "")
+    if not shown and not as_json and not follow:
+        out.lines([f"no committed records in {topic} from there"])
 
 
 def _tail_line(r: Tl.TailRow) -> str:
-    partition, offset, ts, key, value, headers = _tail_cells(r)
-    return f"[{partition}]@{offset}  {ts}  {key}  {value}" + (f"  {headers}" if headers else "")
+    """One record on one line, the same with and without ``-f``: ``[partition]@offset``, the
+    time, the key, then the value and headers, or for a dead letter what failed where (the
+    input record, the repartition record, the step, the error) and its value."""
+    head = f"[{r.partition}]@{r.offset}  {out.when(r.timestamp)}  {out.shown(r.key)}"
+    value = f"! {r.where}: {r.error} (raw: {out.shown(r.value)})" if r.error else out.shown(r.value)
+    if r.dead_letter is not None:
+        return f"{head}  {r.dead_letter.described()}  value: {value}"
+    return f"{head}  {value}" + (f"  {out.shown(r.headers)}" if r.headers else "")
 
 
 # -- group -------------------------------------------------------------------------------

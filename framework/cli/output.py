@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from framework.ops.targets import plain
 
+_TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")  # spaces at a line's end, before its style's reset
 _PIPE_WIDTH = 200  # a pipe or file has no width: rich would assume 80 and fold every value
 
 
@@ -63,7 +65,12 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
         t.add_column(name, overflow="fold" if name in fold else "ellipsis", no_wrap=name not in fold)
     for r in rows:
         t.add_row(*(shown(c) if not isinstance(c, str) else c for c in r))
-    console().print(t)
+    con = console()
+    with con.capture() as captured:
+        con.print(t)
+    # rich pads every cell to its column's width, the last one too: no line ends in spaces
+    click.echo("\n".join(_TRAILING.sub(r"\1", line) for line in captured.get().splitlines()),
+               color=con.is_terminal)
 
 
 def lines(items: Iterable[str]) -> None:

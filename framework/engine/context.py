@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from framework.errors import RecordCoordinates, RecordError, SerializationError
+from framework.headers import ORIGIN
 from framework.serde.values import ValueCodec
 from framework.state.cache import CachedPartition
 from framework.time.clock import Clock, TaskClock
@@ -68,7 +69,7 @@ class TaskContext:
     counters."""
 
     __slots__ = ("service", "partition", "output", "stores", "current", "pipeline", "time", "counters",
-                 "processing_listeners", "order", "task", "codec")
+                 "processing_listeners", "order", "task", "codec", "carried")
 
     def __init__(self, pipeline: Any, partition: int, output: Output,
                  stores: dict[str, CachedPartition], time: TaskClock, task: Any, codec: ValueCodec) -> None:
@@ -84,6 +85,7 @@ class TaskContext:
         self.counters: dict[str, int] = {}
         self.processing_listeners: list[tuple[int, Callable[[int], None]]] = []
         self.order = {name: i for i, name in enumerate(pipeline.steps)}  # topological position
+        self.carried = frozenset(pipeline.repartition_topics())  # whose records carry their origin
 
     def store(self, name: str) -> CachedPartition:
         return self.stores[name]
@@ -147,8 +149,25 @@ class TaskContext:
         """User code raised while a timer fired: dead-letter it (or stop, with on_error=fail)."""
         self.task.timer_failed(step, ts, key, exc)
 
+    def origin(self) -> bytes | None:
+        """The input record the record in hand was made from, as ``topic[partition]@offset``:
+        its own coordinates when it was read from a source topic, the origin it carries when
+        read from a repartition topic (None when a timer fired, or the record carries none)."""
+        msg = self.current
+        if msg is None:
+            return None
+        topic = msg.topic()
+        if topic in self.carried:
+            for name, value in record_headers(msg) or ():
+                if name == ORIGIN:
+                    return value
+            return None
+        return f"{topic}[{msg.partition()}]@{msg.offset()}".encode()
+
     def coordinates(self) -> RecordCoordinates | None:
         msg = self.current
         if msg is None:
             return None
-        return RecordCoordinates(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.timestamp()[1])
+        origin = self.origin() if msg.topic() in self.carried else None
+        return RecordCoordinates(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.timestamp()[1],
+                                 None if origin is None else origin.decode("utf-8", "replace"))

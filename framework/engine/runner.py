@@ -148,7 +148,7 @@ class TaskRunner:
                     continue  # a watermark control record, not a record
             except RecordError as err:
                 if fail:
-                    raise
+                    raise err.locate(err.coordinates or task.ctx.coordinates())
                 task.dead_letter(msg, err)
             n += 1
             cell[0] += 1

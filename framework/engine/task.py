@@ -10,6 +10,8 @@ procedure: ``produce_changelogs`` (step 1), ``commit_state`` (the state write) a
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import logging
 import time
@@ -19,6 +21,7 @@ from typing import Any
 from framework.engine.compile import build_step
 from framework.engine.context import InputRecord, Output, TaskContext, record_headers
 from framework.errors import DeserializationError, PipelineError, ProcessingError, RecordError, StateError
+from framework.headers import VALUE_ENCODING, coordinates
 from framework.logs import record_fields
 from framework.pipeline import steps as S
 from framework.pipeline.definition import TIME_STORE, Pipeline
@@ -102,6 +105,7 @@ class Task:
         p = self.pipeline
         inputs: dict[str, dict[str, S.Push]] = {}  # step -> parent -> push
         handlers: dict[str, Handler] = {}
+        self._internal_values: dict[str, Callable[[bytes], Any]] = {}  # repartition topic -> its value decoder
         for step in reversed(list(p.steps.values())):  # steps are stored in topological order
             down = _fanout([inputs[c][step.name] for c in p.children[step.name]])
             if isinstance(step, S.Source):
@@ -114,6 +118,7 @@ class Task:
                 inp = self.time.input(topic, fed=True)
                 values = ValueSerde(self.codec) if step.value_serde is None else step.value_serde.bind(topic, False)
                 handlers[topic] = self._decoder(step.name, step.key_serde, values, down, inp)
+                self._internal_values[topic] = values.deserialize
                 inputs[step.name] = build_step(step, self.ctx, down)
             else:
                 inputs[step.name] = build_step(step, self.ctx, down)
@@ -256,28 +261,44 @@ class Task:
         return self.handlers[msg.topic()](msg)
 
     def dead_letter(self, msg: InputRecord, error: RecordError) -> None:
-        """Send the original key, value, timestamp and headers to the dead-letter topic, then
-        the coordinates, step and error as headers: after the record's own, so the last header
-        of each ``fw.`` name is the framework's even if the record carried one (the last one
-        is what Java's ``Headers.lastHeader`` reads). A copy the producer refuses (larger than
-        it may send, or with a timestamp the topic refuses) goes without its key, value,
-        timestamp and headers, saying so in ``fw.omitted``; the original stays at its coordinates."""
+        """Send the record to the dead-letter topic: its key, a value people can read (below),
+        its timestamp and headers, then the coordinates, origin, step and error as headers:
+        after the record's own, so the last header of each ``fw.`` name is the framework's even
+        if the record carried one (the last one is what Java's ``Headers.lastHeader`` reads).
+
+        The value (``fw.value.encoding`` says which): a source record's bytes as they were
+        produced (``original``); a repartition record's value as the step received it, as JSON
+        (``json``) or, when it has no JSON form, as Python's ``repr`` (``repr``): never the
+        framework's internal encoding, unless it does not decode (``internal``).
+
+        A copy the producer refuses (larger than it may send, or with a timestamp the topic
+        refuses) goes without its key, value, timestamp and headers, saying so in
+        ``fw.omitted``; the original stays at its coordinates."""
         if error.coordinates is None:
             error.locate(self.ctx.coordinates())
         log.error("dead letter: %s", error, extra={
             **record_fields(error.coordinates, error.step), "service": self.pipeline.name})
+        origin = self.ctx.origin() if self.ctx.current is msg else None
+        where = coordinates((origin or b"").decode("utf-8", "replace"))
         own = [
             ("fw.source.topic", msg.topic().encode()),
             ("fw.source.partition", str(msg.partition()).encode()),
             ("fw.source.offset", str(msg.offset()).encode()),
+        ]
+        if where is not None:
+            own += [("fw.origin.topic", where[0].encode()), ("fw.origin.partition", str(where[1]).encode()),
+                    ("fw.origin.offset", str(where[2]).encode())]
+        value, encoding = self._readable_value(msg, error)
+        own += [
             ("fw.step", (error.step or "").encode()),
             ("fw.error.type", type(error.__cause__ or error).__name__.encode()),
             ("fw.error.message", str(error)[:4000].encode()),
+            (VALUE_ENCODING, encoding.encode()),
         ]
         original = record_headers(msg)
         if original is None:
             own.append(("fw.source.headers", b"not copied: the client cannot read them (a name not in UTF-8)"))
-        topic, key, value, ts = self.pipeline.dead_letter.name, msg.key(), msg.value(), msg.timestamp()[1]
+        topic, key, ts = self.pipeline.dead_letter.name, msg.key(), msg.timestamp()[1]
         try:
             self.output.produce(topic, key, value, ts, [*(original or ()), *own])
         except RecordError as exc:  # the producer refused the copy (too large; a timestamp the topic refuses)
@@ -289,6 +310,23 @@ class Task:
                        f"{len(original or ())} headers: {exc.message}")
             self.output.produce(topic, None, None, 0, [*own, ("fw.omitted", omitted.encode())])  # 0: now
         self.dead_letters += 1
+
+    def _readable_value(self, msg: InputRecord, error: RecordError) -> tuple[bytes | None, str]:
+        """A dead letter's value and its ``fw.value.encoding`` (see ``dead_letter``)."""
+        raw = msg.value()
+        decode = self._internal_values.get(msg.topic())
+        if decode is None or raw is None:
+            return raw, "original"
+        if isinstance(error, DeserializationError):
+            return raw, "internal"
+        try:
+            value = decode(raw)
+        except Exception:  # noqa: BLE001 - it decoded for the step: only a changed type can fail here
+            return raw, "internal"
+        try:
+            return json.dumps(value, ensure_ascii=False, allow_nan=False, default=_json_form).encode(), "json"
+        except (TypeError, ValueError):
+            return repr(value).encode("utf-8", "replace"), "repr"
 
     # -- checkpoint steps ----------------------------------------------------------------
 
@@ -333,6 +371,18 @@ class Task:
     def close(self) -> None:
         for store in self.stores.values():
             store.backend.close()
+
+
+def _json_form(value: Any) -> Any:
+    """What JSON carries for a value it has no form of: a dataclass as its fields, a date as
+    ISO 8601, a set as a list; anything else has none (the dead letter's value is its repr)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    raise TypeError(f"no JSON form for {type(value).__name__}")
 
 
 def _describe(signature: Any) -> str:

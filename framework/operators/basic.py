@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from framework.errors import ProcessingError, RecordError, SerializationError
+from framework.headers import ORIGIN
 
 if TYPE_CHECKING:
     from framework.engine.context import TaskContext
@@ -79,8 +80,9 @@ def build_peek(step: S.Peek, ctx: TaskContext, down: S.Push) -> S.Push:
 
 
 def build_key_by(step: S.KeyBy, ctx: TaskContext, down: S.Push) -> S.Push:
-    """Writes ``(fn(value), value)`` to the step's repartition topic (partitioned by the new key)."""
-    fn, name = step.fn, step.name
+    """Writes ``(fn(value), value)`` to the step's repartition topic (partitioned by the new key),
+    with the input record it was made from in the ``fw.origin`` header."""
+    fn, name, origin = step.fn, step.name, ctx.origin
     produce, topic = ctx.output.produce, ctx.pipeline.repartition_topic(step.name)
     ks = step.key_serde.serialize
     vs = ctx.codec.encode if step.value_serde is None else step.value_serde.bind(topic, False).serialize
@@ -98,8 +100,9 @@ def build_key_by(step: S.KeyBy, ctx: TaskContext, down: S.Push) -> S.Push:
                 f"cannot encode the value for the repartition topic {topic!r}: {type(exc).__name__}: {exc}", None,
                 name, fix="re-key built-in values (dict, list, tuple, str, int, float, ...), register the value's "
                           "type with Pipeline(..., types=[...]), or give key_by a value_serde") from exc
+        where = origin()
         try:
-            produce(topic, kb, vb, ts)
+            produce(topic, kb, vb, ts, None if where is None else [(ORIGIN, where)])
         except RecordError as exc:  # the producer refused it: this record's error
             raise exc.in_step(name)
 

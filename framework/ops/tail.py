@@ -4,22 +4,27 @@ Decoding, by the first that applies:
 
 - ``--service module:pipeline``: the serdes the pipeline gives the topic (a source, a sink,
   a late topic), the framework's encodings for its repartition topics (the ``key_by`` key
-  serde, the value encoding) and changelogs (store entries, ``framework.ops.entries``); the
-  dead-letter topic holds other topics' original bytes, so it is shown raw;
+  serde, the value encoding) and changelogs (store entries, ``framework.ops.entries``); a
+  dead letter's value as its ``fw.value.encoding`` header says (JSON, text, or a source
+  record's original bytes, decoded with that source topic's serdes);
 - ``--schema NAME``: values with the Avro schema ``NAME`` (``load_schema``), keys raw;
 - raw: text when the bytes are printable UTF-8, else base64.
 
 A record that does not decode is shown with the reason and ``topic[partition]@offset``; it
-never stops the tail.
+never stops the tail. A dead letter (a record with the framework's ``fw.error.message``
+header) also gets ``dead_letter``: the input record it came from, the repartition record it
+went through, the step and the error.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from framework.errors import ConfigError, RecordCoordinates
+from framework.headers import VALUE_ENCODING
 from framework.kafka.inspect import Cluster, ReadRecord, TopicReader, close_matches
 from framework.kafka.offsets import resolve_positions
 from framework.ops.entries import StoreLayout
@@ -41,6 +46,7 @@ class Decoder:
     key: Decode = raw_bytes
     value: Decode = raw_bytes
     entries: StoreLayout | None = None
+    sources: Mapping[str, Decoder] | None = None  # a dead-letter topic's: the service's topics' decoders
 
     def decode(self, key: bytes | None, value: bytes | None) -> tuple[Any, Any]:
         if self.entries is not None and key is not None:
@@ -96,7 +102,7 @@ def service_decoder(pipeline: Pipeline, topic: str) -> Decoder:
 
 def _service_decoders(pipeline: Pipeline) -> dict[str, Decoder]:
     codec = ValueCodec(pipeline.types)
-    out = {pipeline.dead_letter.name: Decoder("raw (dead letters keep their original bytes)")}
+    out: dict[str, Decoder] = {}
     for t in [*(s.topic for s in pipeline.sources()), *pipeline.sink_topics()]:
         out[t.name] = Decoder(f"serdes of {t.name}", t.key_serde.bind(t.name, True).deserialize,
                               t.value_serde.bind(t.name, False).deserialize)
@@ -108,6 +114,7 @@ def _service_decoders(pipeline: Pipeline) -> dict[str, Decoder]:
     for store in pipeline.store_names():
         out[pipeline.changelog_topic(store)] = Decoder(f"changelog of store {store}",
                                                        entries=StoreLayout(pipeline, store))
+    out[pipeline.dead_letter.name] = Decoder("dead letters", sources=dict(out))
     return out
 
 
@@ -124,6 +131,7 @@ class TailRow:
     value: Any
     headers: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    dead_letter: DeadLetter | None = None
 
     @property
     def where(self) -> str:
@@ -134,14 +142,89 @@ class TailRow:
                "timestamp": self.timestamp, "key": self.key, "value": self.value, "headers": self.headers}
         if self.error is not None:
             out["error"] = f"{self.where}: {self.error}"
+        if self.dead_letter is not None:
+            out["dead_letter"] = asdict(self.dead_letter)
         return out
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """What a dead letter's headers say: the input record the user produced (``origin``,
+    ``topic[partition]@offset``, or the timer), the repartition record it failed in when it
+    crossed one (``through``), the step, the error (without the coordinates and the fix it
+    repeats) and how its value is encoded (``fw.value.encoding``)."""
+
+    origin: str
+    through: str | None
+    step: str
+    error: str
+    encoding: str
+
+    def described(self) -> str:
+        where = self.origin if self.through is None else f"{self.origin} (through {self.through})"
+        return f"{where} in step {self.step!r}: {self.error}" if self.step else f"{where}: {self.error}"
+
+
+def dead_letter_of(headers: Mapping[str, bytes | None]) -> DeadLetter | None:
+    """The framework's account of a dead letter from its headers (the last of each name);
+    None when the record is not one."""
+    def text(name: str) -> str | None:
+        raw = headers.get(name)
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    message = text("fw.error.message")
+    if message is None:
+        return None
+    source = [text(f"fw.source.{p}") for p in ("topic", "partition", "offset")]
+    origin = [text(f"fw.origin.{p}") for p in ("topic", "partition", "offset")]
+    here = f"{source[0]}[{source[1]}]@{source[2]}" if None not in source else None
+    first = f"{origin[0]}[{origin[1]}]@{origin[2]}" if None not in origin else here
+    if first is None:
+        timer = text("fw.timer.timestamp")
+        first = f"timer at {timer}" if timer is not None else "no source record"
+    step = text("fw.step") or ""
+    error = message
+    through = f"{first} (through {here})" if here is not None and here != first else None
+    for prefix in (through, here, first, "<no source record>"):
+        if prefix and error.startswith(prefix):
+            error = error[len(prefix):]
+            break
+    if step and error.startswith(f" in step {step!r}"):
+        error = error[len(f" in step {step!r}"):]
+    error = error.removeprefix(": ").split(" Fix: ")[0]
+    return DeadLetter(first, here if here != first else None, step, error, text(VALUE_ENCODING) or "original")
+
+
+def _dead_letter_value(letter: DeadLetter, record: ReadRecord, decoder: Decoder,
+                       headers: Mapping[str, bytes | None]) -> Any:
+    raw = record.value
+    if raw is None:
+        return None
+    if letter.encoding == "json":
+        return json.loads(raw)
+    if letter.encoding == "repr":
+        return raw.decode("utf-8", "replace")
+    topic = (headers.get("fw.source.topic") or b"").decode("utf-8", "replace")
+    source = (decoder.sources or {}).get(topic)
+    if letter.encoding == "original" and source is not None and source.entries is None:
+        try:
+            return plain(source.value(raw))
+        except Exception:  # noqa: BLE001 - it may be dead because it does not decode: shown raw
+            pass
+    return raw_bytes(raw)
 
 
 def row(record: ReadRecord, decoder: Decoder) -> TailRow:
     headers = {k: plain(raw_bytes(v)) if v is not None else None for k, v in record.headers}
     base = TailRow(record.topic, record.partition, record.offset, record.timestamp, None, None, headers)
+    last = dict(record.headers)  # the last header of each name
+    base.dead_letter = dead_letter_of(last)
     try:
-        base.key, base.value = decoder.decode(record.key, record.value)
+        if base.dead_letter is not None:
+            base.key = None if record.key is None else raw_bytes(record.key)
+            base.value = _dead_letter_value(base.dead_letter, record, decoder, last)
+        else:
+            base.key, base.value = decoder.decode(record.key, record.value)
     except (ValueError, EOFError) as exc:
         base.key = None if record.key is None else raw_bytes(record.key)
         base.value = None if record.value is None else raw_bytes(record.value)

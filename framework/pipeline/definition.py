@@ -159,11 +159,13 @@ class Pipeline:
     def sources(self) -> list[S.Source]:
         return [s for s in self.steps.values() if isinstance(s, S.Source)]
 
+    def repartition_topics(self) -> list[str]:
+        """The repartition topic of every ``key_by`` step."""
+        return [self.repartition_topic(s.name) for s in self.steps.values() if isinstance(s, S.KeyBy)]
+
     def input_topics(self) -> list[str]:
         """Every topic the service consumes: sources and its own repartition topics."""
-        names = [s.topic.name for s in self.sources()]
-        names += [self.repartition_topic(s.name) for s in self.steps.values() if isinstance(s, S.KeyBy)]
-        return names
+        return [s.topic.name for s in self.sources()] + self.repartition_topics()
 
     def sink_topics(self) -> list[Topic]:
         """Every topic the service writes records to: its sinks and its windows' late topics."""

@@ -428,3 +428,42 @@ def refused_echo() -> Pipeline:
              watermarks=WatermarkStrategy.bounded_out_of_orderness(0, timestamp="ts"), name="json-in") \
         .to(Topic(f"rf-json-out-{s}", key_serde=StringSerde(), value_serde=JsonSerde()), name="to-json-out")
     return p
+
+
+# -- traced_orders: dead letters two repartition topics deep ----------------------------------
+
+from dataclasses import dataclass  # noqa: E402 - this section was appended; the imports above are untouched
+
+
+@dataclass
+class TracedOrder:
+    user: str
+    amount: int
+
+
+def _checked(order: TracedOrder) -> TracedOrder:
+    if order.amount < 0:
+        raise ValueError(f"negative amount {order.amount}")
+    return order
+
+
+def _banded(order: TracedOrder) -> TracedOrder:
+    if order.amount == 13:
+        raise ValueError("unlucky amount 13")
+    return order
+
+
+def traced_orders() -> Pipeline:
+    """JSON orders (``to-orders-<suffix>``, 2 partitions) parsed into a dataclass, re-keyed by
+    user (``check``: a negative amount raises), re-keyed again by amount band (``band``: an
+    amount of 13 raises), counted per band to ``to-bands-<suffix>``: a failing record is a dead
+    letter one or two repartition topics away from the record produced."""
+    s = _suffix()
+    p = Pipeline(f"to-{s}", partitions=2, types=[TracedOrder])
+    p.source(Topic(f"to-orders-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2),
+             name="orders") \
+        .map(lambda d: TracedOrder(**d), name="parse") \
+        .key_by(lambda o: o.user, name="by-user").map(_checked, name="check") \
+        .key_by(lambda o: amount_band(o.amount), name="by-band").map(_banded, name="band") \
+        .count(name="counts").to(Topic(f"to-bands-{s}"))
+    return p
