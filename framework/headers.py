@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 ORIGIN = "fw.origin"
 VALUE_ENCODING = "fw.value.encoding"
@@ -21,3 +23,16 @@ def coordinates(text: str) -> tuple[str, int, int] | None:
     """``topic[partition]@offset`` as ``(topic, partition, offset)``; None when it is not one."""
     m = _COORDINATES.fullmatch(text)
     return None if m is None else (m.group(1), int(m.group(2)), int(m.group(3)))
+
+
+def dead_letter_value(value: bytes | None, encoding: str | None) -> Any:
+    """A dead letter's value as its ``fw.value.encoding`` says: ``json`` parsed, ``repr`` as
+    text, the bytes as they are otherwise (``original``: as produced to the source topic;
+    ``internal``: a repartition record's that no longer decodes)."""
+    if value is None:
+        return None
+    if encoding == "json":
+        return json.loads(value)
+    if encoding == "repr":
+        return value.decode("utf-8", "replace")
+    return value

@@ -18,13 +18,12 @@ went through, the step and the error.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from framework.errors import ConfigError, RecordCoordinates
-from framework.headers import VALUE_ENCODING
+from framework.headers import VALUE_ENCODING, dead_letter_value
 from framework.kafka.inspect import Cluster, ReadRecord, TopicReader, close_matches
 from framework.kafka.offsets import resolve_positions
 from framework.ops.entries import StoreLayout
@@ -198,12 +197,8 @@ def dead_letter_of(headers: Mapping[str, bytes | None]) -> DeadLetter | None:
 def _dead_letter_value(letter: DeadLetter, record: ReadRecord, decoder: Decoder,
                        headers: Mapping[str, bytes | None]) -> Any:
     raw = record.value
-    if raw is None:
-        return None
-    if letter.encoding == "json":
-        return json.loads(raw)
-    if letter.encoding == "repr":
-        return raw.decode("utf-8", "replace")
+    if raw is None or letter.encoding in ("json", "repr"):
+        return dead_letter_value(raw, letter.encoding)
     topic = (headers.get("fw.source.topic") or b"").decode("utf-8", "replace")
     source = (decoder.sources or {}).get(topic)
     if letter.encoding == "original" and source is not None and source.entries is None:

@@ -25,6 +25,7 @@ from framework.engine.record import Record
 from framework.engine.runner import ChangelogInfo, TaskRunner
 from framework.engine.task import Task
 from framework.errors import PipelineError
+from framework.headers import VALUE_ENCODING, dead_letter_value
 from framework.pipeline.definition import Pipeline, Topic
 from framework.state.keys import keyed, state_prefix
 from framework.state.memory import MemoryBackend
@@ -51,6 +52,11 @@ class TestRecord:
 
 def _is_control(m: Record) -> bool:
     return m.key() is None and m.value() is None and any(h == WATERMARK_HEADER for h, _ in m.headers() or ())
+
+
+def _letter_value(m: Record) -> Any:
+    encoding = dict(m.headers() or ()).get(VALUE_ENCODING)
+    return dead_letter_value(m.value(), None if encoding is None else encoding.decode())
 
 
 def _decoded(decode: Callable[[bytes], Any], data: bytes | None) -> Any:
@@ -315,8 +321,14 @@ class TestDriver:
     # -- inspection ----------------------------------------------------------------------
 
     def output(self, topic: str | Topic, *, key_serde: Any = None, value_serde: Any = None) -> list[TestRecord]:
-        """The committed records of ``topic``, decoded, in partition then offset order."""
+        """The committed records of ``topic``, decoded, in partition then offset order. The
+        dead-letter topic's (without serdes given): keys as bytes, values as their
+        ``fw.value.encoding`` header says (JSON parsed, ``repr`` as text, else the bytes)."""
         t = topic if isinstance(topic, Topic) else self._sink(topic)
+        if t.name == self.pipeline.dead_letter.name and key_serde is None and value_serde is None:
+            return [TestRecord(m.key(), _letter_value(m), m.timestamp()[1], m.partition(), m.offset(),
+                               tuple(m.headers() or ()))
+                    for part in self.topics.log(t.name) for m in part]
         kd = (key_serde or t.key_serde).bind(t.name, True).deserialize
         vd = (value_serde or t.value_serde).bind(t.name, False).deserialize
         return [
