@@ -11,6 +11,10 @@ in one row, and ``on_error=fail`` names the same origin and step in its one line
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -18,7 +22,7 @@ from click.testing import CliRunner
 from framework.cli import cli
 from framework.engine.partitioner import partition_for
 from framework.kafka.io import produce_values
-from tests.integration.harness import Record, ServiceProcess, read_topic, service_env, wait_until
+from tests.integration.harness import ROOT, Record, ServiceProcess, read_topic, service_env, wait_until
 
 TARGET = "tests.integration.pipelines:traced_orders"
 CHECK_FIX = "Fix: fix the step's function or the input (with on_error=dead_letter the record goes to the " \
@@ -116,6 +120,22 @@ def test_dead_letters_name_the_input_record_and_hold_a_readable_value(
         assert line.startswith(f"[{undecodable.partition}]@{undecodable.offset}  2026-09-21T14:13:20.001+00:00  k  "
                                f"{source}[{p}]@1 in step 'orders': cannot decode the record: ")
         assert line.endswith("  value: not json") and "Fix:" not in line
+    plain_rows = sorted(result.output.splitlines())
+
+    # -f prints the same rows, then follows (Ctrl-C ends it quietly).
+    follow = subprocess.Popen([sys.executable, "-m", "framework.cli", "topics", "tail", dead_topic, "--from",
+                               "earliest", "-f"], env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert follow.stdout is not None
+    followed = [follow.stdout.readline().rstrip("\n") for _ in plain_rows]
+    follow.send_signal(signal.SIGINT)
+    assert follow.wait(30) == 0 and follow.stderr is not None and follow.stderr.read() == ""
+    assert sorted(followed) == plain_rows
+
+    # Tables end their lines without padding.
+    listed = CliRunner().invoke(cli, ["topics", "list"], env=env)
+    assert listed.exit_code == 0 and dead_topic in listed.output
+    assert [line for line in listed.output.splitlines() if line != line.rstrip()] == []
     assert svc.stop() == 0
 
 
