@@ -221,6 +221,12 @@ class LocalBroker:
                 f"the broker in {self.instance_dir} was set up with security {current.security}, not "
                 f"{self._requested}; start it without --security, or `fw broker stop --wipe` to start over"
             )
+        if current.running and current.bootstrap != self.bootstrap:
+            # Clients look for the broker at FW_BROKER_PORT: one running elsewhere is not found.
+            raise BrokerError(
+                f"the broker of {self.instance_dir} runs on {current.bootstrap}, not on {self.bootstrap} "
+                "(FW_BROKER_PORT): `fw broker stop` it first, or unset FW_BROKER_PORT to use it where it runs"
+            )
         if current.running:
             return current
         pid, _ = self._recorded()
