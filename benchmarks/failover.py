@@ -66,6 +66,7 @@ from benchmarks.suite import (
     reference,
     stop,
 )
+from framework.config import Config
 
 
 @dataclass(frozen=True)
@@ -322,7 +323,7 @@ def main() -> None:
     ap.add_argument("--drain-timeout", type=float, default=90.0)
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="an environment variable for every member (e.g. FW_KAFKA__TRANSACTION_TIMEOUT_MS=15000)")
-    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
+    ap.add_argument("--bootstrap", default=Config.load().kafka.bootstrap_servers)
     ap.add_argument("--label", default="failover")
     args = ap.parse_args()
     names = [s for s in args.scenarios.split(",") if s]

@@ -19,7 +19,7 @@ sampled from ``/proc/<pid>/status`` (VmRSS, VmHWM) every second:
     .venv/bin/python benchmarks/hostile.py                        # all phases, the issue's sizes
     .venv/bin/python benchmarks/hostile.py --phases flood --flood 100000 --step-us 50
 
-The broker is ``FW_BOOTSTRAP_SERVERS`` (default 127.0.0.1:28092); its
+The broker is the configuration's (``FW_BOOTSTRAP_SERVERS``, else the local broker's address); its
 ``transaction.max.timeout.ms`` must allow the hold (the local broker's is 900000). Results go
 to ``benchmarks/results/<timestamp>-hostile.json`` and are printed.
 """
@@ -44,6 +44,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from framework.config import Config
 from framework.engine.partitioner import partition_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -320,7 +321,7 @@ def main() -> None:
     ap.add_argument("--large-mb", type=int, default=10, help="size of each large record, MB")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds a phase may take to drain")
     args = ap.parse_args()
-    bootstrap = os.environ.get("FW_BOOTSTRAP_SERVERS", "127.0.0.1:28092")
+    bootstrap = Config.load().kafka.bootstrap_servers
     phases = {"flood": flood, "txn": txn, "large": large}
     results: dict[str, Any] = {"command": " ".join(sys.argv), "bootstrap": bootstrap,
                                "cpus": os.cpu_count(), "python": sys.version.split()[0]}

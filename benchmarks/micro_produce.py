@@ -24,6 +24,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from benchmarks.common import schema  # noqa: E402
+from framework.config import Config  # noqa: E402
 from framework.kafka.clients import KafkaOutput  # noqa: E402
 from framework.serde import AvroSerde  # noqa: E402
 
@@ -36,7 +37,7 @@ def cpu() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=300_000)
-    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
+    ap.add_argument("--bootstrap", default=Config.load().kafka.bootstrap_servers)
     args = ap.parse_args()
     n = args.records
     topic = f"bench-micro-{uuid.uuid4().hex[:6]}"

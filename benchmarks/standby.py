@@ -72,6 +72,7 @@ from benchmarks.suite import (
     reduce_outputs,
     reference,
 )
+from framework.config import Config
 
 # The killed member's open transaction holds its outputs' partitions (read_committed) until the
 # broker aborts it: a transaction timeout near the session timeout keeps that from hiding the rest.
@@ -228,7 +229,7 @@ def main() -> None:
     ap.add_argument("--after", type=float, default=2.0)
     ap.add_argument("--timeout", type=float, default=150.0)
     ap.add_argument("--drain-timeout", type=float, default=120.0)
-    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
+    ap.add_argument("--bootstrap", default=Config.load().kafka.bootstrap_servers)
     args = ap.parse_args()
     names = [s for s in args.scenarios.split(",") if s]
     run_id = time.strftime("%Y%m%d-%H%M%S")

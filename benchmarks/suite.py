@@ -54,6 +54,7 @@ from benchmarks.common import (  # noqa: E402
     AVRO_DIR, BOUND_MS, GAP_MS, GUARANTEES, KEYS, MAX_JITTER_MS, OUTPUT_SCHEMA, RECORDS_PER_2MS,
     SENTINEL_AHEAD_MS, SENTINEL_KEY, WINDOW_MS, WORKLOADS, keep, mapped, schema,
 )
+from framework.config import Config  # noqa: E402
 
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
@@ -930,7 +931,7 @@ def main() -> None:
                     help="replay phase: replay each workload once more on the first master with the first reader under py-spy "
                          "(--subprocesses: the Python workers and the driver), top functions into the results")
     ap.add_argument("--profile", action="store_true", help="also profile the framework (1 process) with py-spy")
-    ap.add_argument("--bootstrap", default=os.environ.get("FW_BOOTSTRAP_SERVERS") or "127.0.0.1:28092")
+    ap.add_argument("--bootstrap", default=Config.load().kafka.bootstrap_servers)
     ap.add_argument("--repeat", type=int, default=1,
                     help="throughput and replay phases: run every case this many times, a workload's live runs "
                          "and replays alternating round after round; the report takes the run with the median "

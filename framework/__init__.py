@@ -5,7 +5,8 @@ The public API: define a ``Pipeline`` of steps over ``Topic``s, keep keyed state
 ``ListState``), register the user types state may hold (``CustomType``), unit-test it with
 the ``TestDriver``, run it with ``fw run``. Everything a service needs is exported here or
 by the public packages (``framework.pipeline``, ``serde``, ``time``, ``windows``,
-``testing``); the other modules are the implementation.
+``testing``), and a script around a service produces records with ``framework.produce``;
+the other modules are the implementation.
 """
 
 from framework.config import Config, Guarantee, OnError

@@ -10,6 +10,12 @@ environment < explicit overrides. The TOML file has the sections ``[kafka]``,
     FW_KAFKA_CONSUMER__<KEY>        FW_KAFKA_PRODUCER__<KEY>   (the same, per client)
     FW_BOOTSTRAP_SERVERS  FW_STATE_DIR  FW_GUARANTEE            short aliases
 
+When nothing names the cluster (no ``kafka.bootstrap_servers`` in the file, the environment or
+the overrides), it is the local broker's address, by the rule of ``framework.home``:
+``127.0.0.1:$FW_BROKER_PORT``, else the port of the broker recorded in the local broker's
+directory, else ``127.0.0.1:28092``. ``Config.load_with_origins`` also says where each setting
+came from (``fw doctor`` prints it for the bootstrap servers).
+
 Empty variables count as unset. Durations are milliseconds and say so (``_ms``). Every
 error names the setting (or variable), the bad value and what is accepted; secrets
 (passwords, tokens, keys) never appear in ``repr`` or ``redacted()``.
@@ -28,6 +34,7 @@ from types import MappingProxyType, UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
 from framework.errors import ConfigError
+from framework.home import DEFAULT_BROKER_PORT, local_broker_address
 
 __all__ = [
     "Config", "Guarantee", "KafkaConfig", "ObserveConfig", "OnError", "ProcessingConfig", "StateConfig",
@@ -71,7 +78,8 @@ def _empty() -> Mapping[str, str]:
 class KafkaConfig:
     """How to reach the cluster; ``security``/``consumer``/``producer`` go to librdkafka."""
 
-    bootstrap_servers: str = "127.0.0.1:28092"
+    # Config.load puts the local broker's address here (framework.home) when nothing names one
+    bootstrap_servers: str = f"127.0.0.1:{DEFAULT_BROKER_PORT}"
     security: Mapping[str, str] = field(default_factory=_empty)
     consumer: Mapping[str, str] = field(default_factory=_empty)
     producer: Mapping[str, str] = field(default_factory=_empty)
@@ -165,20 +173,34 @@ class Config:
         cls, file: Path | str | None = None, env: Mapping[str, str] | None = None, **overrides: Any
     ) -> Config:
         """Defaults < TOML ``file`` (or ``$FW_CONFIG``) < ``env`` (default ``os.environ``) <
-        ``overrides`` (``section={"field": value}`` or a section instance); validated."""
+        ``overrides`` (``section={"field": value}`` or a section instance); validated. Without
+        a ``kafka.bootstrap_servers`` from any of them, the local broker's address."""
+        return cls.load_with_origins(file, env, **overrides)[0]
+
+    @classmethod
+    def load_with_origins(
+        cls, file: Path | str | None = None, env: Mapping[str, str] | None = None, **overrides: Any
+    ) -> tuple[Config, Mapping[str, str]]:
+        """``load``, and where each setting not left at its default came from, by
+        ``"section.field"``: the variable (``"FW_BOOTSTRAP_SERVERS"``), the file
+        (``"kafka.bootstrap_servers in fw.toml"``), an override, or for the bootstrap servers
+        the local broker's rule (``"FW_BROKER_PORT"``, the recorded broker, its default)."""
         env = os.environ if env is None else env
-        values: _Values = {name: {} for name in _SECTIONS}
+        values = _Values()
         path = file if file is not None else env.get("FW_CONFIG") or None
         if path is not None:
             _apply_toml(values, Path(path), "file argument" if file is not None else "FW_CONFIG")
         _apply_env(values, env)
         _apply_overrides(values, overrides)
-        return _build(values)
+        if "bootstrap_servers" not in values["kafka"]:
+            local = local_broker_address(env)
+            _set(values, "kafka", "bootstrap_servers", local.bootstrap, local.origin)
+        return _build(values), MappingProxyType(values.origins)
 
     def replace(self, **section_overrides: Any) -> Config:
         """A validated copy with ``section={"field": value}`` (or section instances) applied;
         mapping fields (``kafka.security`` ...) are merged key by key."""
-        values: _Values = {name: _fields_of(getattr(self, name)) for name in _SECTIONS}
+        values = _Values({name: _fields_of(getattr(self, name)) for name in _SECTIONS})
         _apply_overrides(values, section_overrides)
         return _build(values)
 
@@ -249,7 +271,15 @@ _RESERVED = (  # settings the framework owns; a second way to set them would be 
 
 _BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
              "off": False}
-_Values = dict[str, dict[str, Any]]  # section -> field -> converted value
+
+
+class _Values(dict[str, dict[str, Any]]):
+    """Section -> field -> converted value, and where each value came from
+    (``origins["section.field"]``, the place an error message names)."""
+
+    def __init__(self, sections: Mapping[str, dict[str, Any]] | None = None) -> None:
+        super().__init__(sections or {name: {} for name in _SECTIONS})
+        self.origins: dict[str, str] = {}
 
 
 def _check_transaction_timeout(kafka: KafkaConfig, processing: ProcessingConfig) -> None:
@@ -352,6 +382,7 @@ def _set(values: _Values, section: str, name: str, raw: Any, where: str) -> None
     """Convert ``raw`` to the field's type and store it; mapping fields merge key by key."""
     hints = _HINTS[_SECTIONS[section]]
     _check_known(name, hints, where, hint=f"{section}.")
+    values.origins[f"{section}.{name}"] = where
     hint = hints[name]
     if get_origin(hint) is Mapping:
         if not isinstance(raw, Mapping):

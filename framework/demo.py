@@ -27,8 +27,9 @@ from typing import Any
 
 from framework.config import Config
 from framework.errors import ConfigError, FrameworkError
-from framework.kafka.io import delete_topics, produce_values, read_committed
+from framework.kafka.io import delete_topics, read_committed
 from framework.pipeline import Pipeline, Topic
+from framework.produce import produce
 from framework.runtime.service import Service
 from framework.runtime.topics import ensure_service_topics
 
@@ -116,10 +117,7 @@ def _run(pipeline: Pipeline, config: Config, source: Topic, means_topic: Topic,
          rise: float) -> Iterator[str]:
     bootstrap, security = config.kafka.bootstrap_servers, dict(config.kafka.security)
 
-    key_ser = source.key_serde.bind(source.name, True).serialize
-    value_ser = source.value_serde.bind(source.name, False).serialize
-    encoded = ((key_ser(r["id"]), value_ser(r), r["timestamp"]) for r in readings)
-    produce_values(bootstrap, source.name, encoded, extra=security)
+    produce(source, ((r["id"], r, r["timestamp"]) for r in readings), config=config)
     yield f"produced {len(readings)} Avro readings of {sensors} sensors to {source.name}"
 
     # Each reading is consumed twice: from the source topic, then from the by-sensor

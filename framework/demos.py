@@ -36,8 +36,9 @@ from typing import Any
 from framework.config import Config
 from framework.errors import ConfigError, FrameworkError
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
-from framework.kafka.io import delete_topics, produce_values, read_committed
+from framework.kafka.io import delete_topics, read_committed
 from framework.pipeline import Pipeline, Topic
+from framework.produce import produce
 from framework.runtime.service import Service
 from framework.runtime.topics import ensure_service_topics
 
@@ -142,13 +143,6 @@ def run_service_demo(bootstrap: str, service: str, records: int, *, seed: int = 
                 delete_topics(bootstrap, _topics_of(pipeline), extra=dict(config.kafka.security))
 
 
-def _produce(config: Config, source: Topic, inputs: list[InputRecord]) -> None:
-    key_ser = source.key_serde.bind(source.name, True).serialize
-    value_ser = source.value_serde.bind(source.name, False).serialize
-    encoded = ((None if k is None else key_ser(k), value_ser(v), ts) for k, v, ts in inputs)
-    produce_values(config.kafka.bootstrap_servers, source.name, encoded, extra=dict(config.kafka.security))
-
-
 def _process(pipeline: Pipeline, config: Config, expected_consumed: int) -> tuple[int, float]:
     """Run the service until it consumed ``expected_consumed`` records; (consumed, seconds)."""
     deadline = time.monotonic() + max(120.0, expected_consumed / 100)
@@ -172,7 +166,7 @@ def _read(config: Config, topic: Topic) -> list[OutputRecord]:
 def _run(demo: ServiceDemo, pipeline: Pipeline, config: Config, suffix: str,
          inputs: list[InputRecord]) -> Iterator[str]:
     source = _topic(pipeline, demo.source, suffix)
-    _produce(config, source, inputs)
+    produce(source, inputs, config=config)
     yield f"produced {len(inputs)} records to {source.name}"
     consumed, seconds = _process(pipeline, config, demo.consumed_per_record * len(inputs))
     yield (f"service {pipeline.name} ({config.processing.guarantee}): {consumed} records consumed "

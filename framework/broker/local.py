@@ -13,8 +13,10 @@ Locations (all optional environment variables):
 
 - ``FW_HOME``: cache root, default ``~/.cache/fw``; jars go to ``$FW_HOME/kafka/<version>``.
 - ``FW_BROKER_DIR``: instance directory, default ``$FW_HOME/broker``.
-- ``FW_BROKER_PORT``: client port on 127.0.0.1, default 28092 (controller: port + 1), below the
-  kernel's ephemeral range: a client's outgoing connection cannot take it before the bind.
+- ``FW_BROKER_PORT``: client port on 127.0.0.1 (controller: port + 1); unset, the port of the
+  broker the instance directory records, else 28092, below the kernel's ephemeral range: a
+  client's outgoing connection cannot take it before the bind. ``framework.home`` has the
+  rule; every client of the local broker follows the same one.
 - ``FW_BOOTSTRAP_SERVERS``: an existing cluster; when set, nothing is started or stopped.
 
 Security (``fw broker start --security``): ``plaintext`` (the default), ``sasl_plaintext`` or
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from framework.errors import BrokerError, EnvironmentProblem
+from framework.home import BROKER_RECORD, broker_dir, fw_home, local_broker_address, recorded_broker
 from framework.kafka.admin import broker_answers
 
 KAFKA_VERSION = "4.1.1"
@@ -111,10 +114,6 @@ ssl.client.auth=none
 """
 
 
-def fw_home() -> Path:
-    return Path(os.environ.get("FW_HOME") or Path.home() / ".cache" / "fw")
-
-
 def external_bootstrap() -> str | None:
     """The bootstrap servers of an existing cluster named in the environment, if any."""
     return os.environ.get("FW_BOOTSTRAP_SERVERS") or None
@@ -147,11 +146,11 @@ class LocalBroker:
 
     def __init__(self, instance_dir: Path | None = None, port: int | None = None,
                  security: str | None = None) -> None:
-        self.instance_dir = Path(instance_dir or os.environ.get("FW_BROKER_DIR") or fw_home() / "broker")
-        self.port = int(port or os.environ.get("FW_BROKER_PORT") or 28092)
+        self.instance_dir = Path(instance_dir or broker_dir())
+        self.port = int(port or local_broker_address(directory=self.instance_dir).port)
         self.jar_dir = fw_home() / "kafka" / KAFKA_VERSION
         self.log_file = self.instance_dir / "broker.log"
-        self._state_file = self.instance_dir / "broker.json"
+        self._state_file = self.instance_dir / BROKER_RECORD
         self._secrets_file = self.instance_dir / "secrets.json"
         self.client_env = self.instance_dir / "client.env"
         if security is not None and security not in SECURITY_MODES:
@@ -221,6 +220,12 @@ class LocalBroker:
             raise BrokerError(
                 f"the broker in {self.instance_dir} was set up with security {current.security}, not "
                 f"{self._requested}; start it without --security, or `fw broker stop --wipe` to start over"
+            )
+        if current.running and current.bootstrap != self.bootstrap:
+            # Clients look for the broker at FW_BROKER_PORT: one running elsewhere is not found.
+            raise BrokerError(
+                f"the broker of {self.instance_dir} runs on {current.bootstrap}, not on {self.bootstrap} "
+                "(FW_BROKER_PORT): `fw broker stop` it first, or unset FW_BROKER_PORT to use it where it runs"
             )
         if current.running:
             return current
@@ -390,11 +395,7 @@ class LocalBroker:
         raise BrokerError(f"the broker did not answer within {_START_TIMEOUT_S:.0f}s; see {self.log_file}")
 
     def _recorded(self) -> tuple[int | None, str]:
-        try:
-            state = json.loads(self._state_file.read_text())
-            return int(state["pid"]), str(state["bootstrap"])
-        except (OSError, ValueError, KeyError):
-            return None, self.bootstrap
+        return recorded_broker(self.instance_dir) or (None, self.bootstrap)
 
     def _classpath(self) -> str:
         return str(self.jar_dir / "*")

@@ -40,13 +40,13 @@ from framework.broker.local import (
     alive,
     ephemeral_ports,
     free_ports,
-    fw_home,
     log_since,
     port_free,
     require_tool,
     stop_recorded,
 )
 from framework.errors import BrokerError, FrameworkError
+from framework.home import fw_home
 from framework.serde.registry import SchemaRegistryClient
 
 APICURIO_VERSION = "2.6.13.Final"

@@ -342,11 +342,12 @@ def _clock(settings: dict[str, str], deadline: probe.Deadline) -> Check:
 
 def load_config(config_file: Path | None) -> tuple[Check, Config | None]:
     try:
-        config = Config.load(config_file)
+        config, origins = Config.load_with_origins(config_file)
     except FrameworkError as exc:
         return Check("config", Status.FAIL, str(exc), "correct that setting (in FW_CONFIG's file or FW_* variables)"), None
     source = f"file {config_file}" if config_file else "defaults and FW_* variables"
-    return Check("config", Status.OK, f"from {source}: bootstrap {config.kafka.bootstrap_servers}, "
+    bootstrap = f"{config.kafka.bootstrap_servers} ({origins['kafka.bootstrap_servers']})"
+    return Check("config", Status.OK, f"from {source}: bootstrap {bootstrap}, "
                                       f"state.dir {config.state.dir}, {config.processing.guarantee}"), config
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from framework.broker.local import require_tool
 from framework.errors import EnvironmentProblem
+from framework.home import fw_home
 
 _HERE = Path(__file__).resolve().parent
 JOB = _HERE / "job.py"
@@ -49,7 +50,8 @@ def spark_home() -> Path:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("FW_HOME", Path.home() / ".cache" / "fw"))
+    """The cache root, ``$FW_HOME`` (``framework.home``)."""
+    return fw_home()
 
 
 def connector_jars() -> list[Path]:

@@ -20,8 +20,9 @@ __all__ = ["kafka_bootstrap", "unique"]
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """A real Apache Kafka broker for the whole session: ``FW_BOOTSTRAP_SERVERS`` when set,
-    else the configured local broker (``fw broker start``), started if needed and then
-    stopped again at the end."""
+    else the local broker (``fw broker start``) at its one address (``framework.home``:
+    ``FW_BROKER_PORT``, the broker its directory records, or 28092), started if needed and
+    then stopped again at the end."""
     broker = LocalBroker()
     already = broker.status().running
     status = broker.start()

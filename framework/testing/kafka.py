@@ -31,10 +31,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from framework.config import Config, KafkaConfig
 from framework.errors import ConfigError, KafkaClientError
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
-from framework.kafka.io import produce_values, read_committed
+from framework.kafka.io import read_committed
 from framework.pipeline import Pipeline, Topic
+from framework.produce import produce
 from framework.runtime.topics import ensure_service_topics
 
 __all__ = ["ServiceRun", "load_builder", "suffixed_pipeline"]
@@ -167,12 +169,8 @@ class ServiceRun:
     def produce(self, topic: str, records: Iterable[tuple[Any, Any, int]]) -> int:
         """Produce ``(key, value, timestamp_ms)`` records, encoded with the topic's serdes, and
         wait until the broker has them all; returns how many."""
-        t = self.topic(topic)
-        key_ser = t.key_serde.bind(t.name, True).serialize
-        value_ser = t.value_serde.bind(t.name, False).serialize
-        encoded = ((None if k is None else key_ser(k), None if v is None else value_ser(v), ts)
-                   for k, v, ts in records)
-        return produce_values(self.bootstrap, t.name, encoded)
+        cluster = Config(kafka=KafkaConfig(bootstrap_servers=self.bootstrap))  # as create_topics: no security
+        return produce(self.topic(topic), records, config=cluster)
 
     def read(self, topic: str, count: int, timeout_s: float = 60.0) -> list[tuple[Any, Any]]:
         """The committed ``(key, value)`` records of ``topic`` once at least ``count`` are

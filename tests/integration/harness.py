@@ -21,8 +21,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient
 
 from framework.broker.local import LocalBroker
+from framework.kafka.logs import CLIENT_LOG
 
 ROOT = Path(__file__).resolve().parents[2]
+# Every client here logs through the framework's logger: librdkafka's own lines (a coordinator
+# still loading on a fresh broker, a restarted broker's connections) are filtered as the
+# framework's are, instead of being written to stderr by its threads, between tests included.
 
 
 @dataclass
@@ -113,8 +117,8 @@ def service_env(bootstrap: str, suffix: str, *, guarantee: str = "exactly_once",
 
 
 def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> int:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
-                         "partitioner": "murmur2_random"})
+    producer = Producer({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 20, "partitioner": "murmur2_random"})
     n = 0
     for key, value in records:
         while True:
@@ -139,11 +143,12 @@ def read_topics(bootstrap: str, topics: Iterable[str], isolation: str = "read_co
     """Every record of each of ``topics`` visible at ``isolation``, up to the end of each
     partition: one consumer for all of them."""
     names = list(dict.fromkeys(topics))
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    md = AdminClient({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap}).list_topics(timeout=10)
     assignment = [TopicPartition(t, p, OFFSET_BEGINNING)
                   for t in names if t in md.topics for p in md.topics[t].partitions]
     consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"reader-{time.time_ns()}", "enable.auto.commit": False,
+        "logger": CLIENT_LOG, "bootstrap.servers": bootstrap, "group.id": f"reader-{time.time_ns()}",
+        "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True,
         "fetch.wait.max.ms": 10,  # the broker answers a fetch at the end of the log at once
     })
@@ -219,7 +224,8 @@ class Tail:
         self.topic = topic
         self.records: list[Record] = []
         self._c = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"tail-{time.time_ns()}", "enable.auto.commit": False,
+            "logger": CLIENT_LOG, "bootstrap.servers": bootstrap, "group.id": f"tail-{time.time_ns()}",
+            "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
         })
         self._assigned = False
@@ -261,7 +267,8 @@ class Tail:
 def produce_to_partitions(bootstrap: str, topic: str, records: Iterable[tuple[Any, ...]]) -> int:
     """Produce ``(partition, key, value)`` or ``(partition, key, value, headers)`` records,
     each to its partition, in order within it."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
     n = 0
     for partition, key, value, *headers in records:
         while True:
@@ -280,11 +287,12 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The consumer group's committed next offset of each partition of ``topic``; 0 where it
     committed none (services start at the earliest offset)."""
 
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    md = AdminClient({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     tps = [TopicPartition(topic, p) for p in md.topics[topic].partitions]
     from confluent_kafka import KafkaException
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
     answer: list[dict[int, int]] = []
 
     def asked() -> bool:  # a group's coordinator may still be loading: NOT_COORDINATOR, then an answer
@@ -307,8 +315,8 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """The high watermark of each partition of ``topic``."""
 
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{time.time_ns()}"})
+    md = AdminClient({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    consumer = Consumer({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap, "group.id": f"ends-{time.time_ns()}"})
     try:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                 for p in md.topics[topic].partitions}
@@ -341,7 +349,7 @@ class Tails:
     def __init__(self, bootstrap: str, topics: Iterable[str]) -> None:
         self.records: dict[str, list[Record]] = {t: [] for t in topics}
         self._c = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"tails-{time.time_ns()}",
+            "logger": CLIENT_LOG, "bootstrap.servers": bootstrap, "group.id": f"tails-{time.time_ns()}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
         })

@@ -81,8 +81,14 @@ def test_a_new_project_passes_its_ci_from_a_clean_virtualenv(repo_copy: Path, ka
           "--framework", f"kstreamflow @ {repo_copy.as_uri()}"], repo_copy, {**env, "PYTHONPATH": str(repo_copy)}, 120)
 
     started = time.monotonic()
-    _run(["bash", "-c", "source scripts/bootstrap.sh"], project, env, 1200)
+    bootstrap = _run(["bash", "-c", "source scripts/bootstrap.sh"], project, env, 1200)
     installed = time.monotonic()
+    # A quiet first run: the two lines that say what happens, nothing of pip's (setuptools'
+    # "Editable installation" warning block included).
+    assert bootstrap.stdout.splitlines() == [
+        f"[bootstrap] creating virtualenv {project / '.venv'}",
+        "[bootstrap] installing the project, the framework and the test dependencies (first time: pyspark is large)"]
+    assert bootstrap.stderr == ""
     ci = _run(["scripts/ci"], project, env, 900)
     tested = time.monotonic()
     assert " passed" in ci.stdout and "failed" not in ci.stdout and "skipped" not in ci.stdout, ci.stdout

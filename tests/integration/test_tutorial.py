@@ -8,72 +8,83 @@ Each run starts in a fresh directory, so the tutorial's ``fw new project shop`` 
 new project. The commands run with this virtualenv's ``fw``, ``python`` and ``pytest``
 first on PATH: the virtualenv that the tutorial's first (unmarked) step, ``source
 scripts/bootstrap.sh``, makes; the project uses the framework installed there instead of a
-``.venv`` of its own (tests/integration/test_scaffold.py covers that one). They reach the
-test broker through ``FW_BOOTSTRAP_SERVERS``, so the tutorial's ``fw broker start`` only
-checks that cluster and prints its address. The tutorial's names are fixed (service
-``orders``), so the topics and consumer groups of that service are deleted before and
-after a run, and reruns on one broker start clean.
+``.venv`` of its own (tests/integration/test_scaffold.py covers that one).
+
+As a reader who moved the local broker off its default port: no ``FW_BOOTSTRAP_SERVERS``, a
+broker directory of the test's own (``FW_BROKER_DIR``) and a free port (``FW_BROKER_PORT``).
+The tutorial's ``fw broker start`` starts that broker, and every later command (``fw run``,
+``fw topics``, ``fw status``, ``fw replay``, the send script) must find it by the same rule
+with nothing else said; the broker is stopped and deleted afterwards.
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
-from framework.kafka.io import delete_topics
-from tests.docblocks import ROOT, Runner, clean_env, parse
-from tests.integration.harness import wait_until
+from framework.broker.local import LocalBroker, free_port_pair
+from framework.kafka.inspect import Cluster
+from tests.docblocks import ROOT, Block, Runner, clean_env, parse
 
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 SERVICE = "orders"  # the service the tutorial creates: its topics and groups start with this
 
 
-def _leftovers(admin: AdminClient) -> tuple[list[str], list[str]]:
-    topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{SERVICE}-")]
-    listed = admin.list_consumer_groups(request_timeout=30).result()
-    groups = [g.group_id for g in listed.valid
-              if g.group_id == SERVICE or g.group_id.startswith(f"{SERVICE}-replay-")]
-    return sorted(topics), sorted(groups)
-
-
-def _clean(bootstrap: str) -> None:
-    """Delete the tutorial service's topics (its own, internal and replayed ones) and its
-    consumer groups (the service's and its replays'), and wait until they are gone. A group
-    still holds a member killed by a failed run until its session times out: its deletion
-    is tried again until then."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-
-    def gone() -> bool:
-        topics, groups = _leftovers(admin)
-        delete_topics(bootstrap, topics)
-        for future in admin.delete_consumer_groups(groups, request_timeout=30).values() if groups else []:
-            try:
-                future.result()
-            except KafkaException:
-                pass  # not empty yet: the next round tries again
-        return _leftovers(admin) == ([], [])
-
-    wait_until(gone, 120, f"the {SERVICE} topics and groups to be deleted", lambda: repr(_leftovers(admin)))
-
-
 @pytest.fixture
-def clean_broker(kafka_bootstrap: str):  # type: ignore[no-untyped-def]
-    _clean(kafka_bootstrap)
-    yield kafka_bootstrap
-    _clean(kafka_bootstrap)
+def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
+    """Where the tutorial's ``fw broker start`` starts its broker: a directory of its own on a
+    free port pair that is not the default one; stopped and deleted at the end."""
+    broker = LocalBroker(tmp_path / "broker", free_port_pair(29400))
+    assert broker.port != 28092
+    yield broker
+    broker.wipe()
 
 
 @pytest.mark.timeout(900)
-def test_the_tutorial_runs_as_written(clean_broker: str, tmp_path: Path) -> None:
+def test_the_tutorial_runs_as_written(own_broker: LocalBroker, tmp_path: Path) -> None:
     page = parse(TUTORIAL)
     assert f"fw new service {SERVICE}\n" in TUTORIAL.read_text(), "SERVICE no longer names the tutorial's service"
     start = tmp_path / "work"
     start.mkdir()
-    Runner(start, clean_env(FW_BOOTSTRAP_SERVERS=clean_broker), tmp_path / "blocks").run_all(page.steps)
+    env = clean_env(FW_BROKER_DIR=str(own_broker.instance_dir), FW_BROKER_PORT=str(own_broker.port))
+    assert "FW_BOOTSTRAP_SERVERS" not in env
+    Runner(start, env, tmp_path / "blocks").run_all(page.steps)
     # The tutorial's own claims about where things end up.
     project = start / "shop"
     assert (project / "services" / SERVICE / "pipeline.py").is_file()
     assert (project / "state" / SERVICE / "totals").is_dir()  # fw run's local state, under ./state
+    # ... and on the broker at FW_BROKER_PORT, the one `fw broker start` started.
+    assert own_broker.status().running
+    topics = {t.name for t in Cluster({"bootstrap.servers": own_broker.bootstrap}).topics()}
+    assert {f"{SERVICE}-purchases", f"{SERVICE}-totals", f"{SERVICE}-totals-replay"} <= topics
+
+
+def _send_block() -> Block:
+    """The tutorial's block that writes the send script and runs it."""
+    blocks = [b for b in parse(TUTORIAL).steps
+              if isinstance(b, Block) and b.text.startswith("cat > services/orders/send_purchases.py")]
+    assert len(blocks) == 1, "the tutorial no longer writes services/orders/send_purchases.py in one block"
+    return blocks[0]
+
+
+def test_the_send_script_says_in_one_line_that_the_cluster_cannot_be_reached(tmp_path: Path) -> None:
+    """The tutorial's send script, run where nothing listens, prints one error line: no
+    librdkafka lines (``%3|...|FAIL|rdkafka#producer-1|``), no traceback."""
+    env = clean_env(FW_BOOTSTRAP_SERVERS="127.0.0.1:1")
+    project = tmp_path / "shop"
+    for cwd, argv in ((tmp_path, ["fw", "new", "project", "shop"]), (project, ["fw", "new", "service", SERVICE])):
+        made = subprocess.run(argv, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+        assert made.returncode == 0, made.stdout + made.stderr
+    sent = subprocess.run(["bash", "-c", _send_block().text], check=False, cwd=project, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (sent.returncode, sent.stdout) == (1, "")
+    assert re.fullmatch(
+        r"error: cannot reach the Kafka cluster at 127\.0\.0\.1:1 \(security\.protocol PLAINTEXT\): [^\n]+\. "
+        r"Check that the brokers run \(the local one: fw broker start\), the address \(FW_BOOTSTRAP_SERVERS\) "
+        r"and that their listener speaks PLAINTEXT \(FW_KAFKA_SECURITY__SECURITY_PROTOCOL\)\n",
+        sent.stderr), sent.stderr
+    assert "rdkafka" not in sent.stderr and "%3|" not in sent.stderr

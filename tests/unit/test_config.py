@@ -48,8 +48,8 @@ def toml_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_defaults() -> None:
-    config = Config.load(env={})
+def test_defaults(tmp_path: Path) -> None:
+    config = Config.load(env={"FW_BROKER_DIR": str(tmp_path)})  # a directory no broker ran in
     assert config == Config()
     assert config.kafka.bootstrap_servers == "127.0.0.1:28092"
     assert config.kafka.transaction_timeout_ms == 60000
@@ -211,7 +211,7 @@ def test_framework_owned_librdkafka_keys_are_rejected() -> None:
         Config.load(env={"FW_BOOTSTRAP_SERVERS": "a:1", "FW_KAFKA__BOOTSTRAP_SERVERS": "b:1"})
 
 
-def test_secrets_are_redacted_but_reach_the_client() -> None:
+def test_secrets_are_redacted_but_reach_the_client(tmp_path: Path) -> None:
     secrets = {
         "sasl.password": "pw-1",
         "sasl.jaas.config": "jaas-2",
@@ -220,7 +220,7 @@ def test_secrets_are_redacted_but_reach_the_client() -> None:
         "sasl.oauthbearer.client.secret": "oauth-5",
     }
     config = Config.load(
-        env={"FW_KAFKA_SECURITY__SASL_PASSWORD": "pw-1"},
+        env={"FW_KAFKA_SECURITY__SASL_PASSWORD": "pw-1", "FW_BROKER_DIR": str(tmp_path)},
         kafka={"security": {**secrets, "sasl.username": "alice"}},
     )
     shown = [repr(config), str(config), repr(config.kafka), str(config.redacted())]
