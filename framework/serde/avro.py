@@ -268,12 +268,12 @@ def _encoding(encoding: Encoding | None, registry: SchemaRegistryClient | None,
         encoding = "raw" if registry is None else "registry"
     if encoding not in ENCODINGS:
         raise ConfigError(f"unknown Avro encoding {encoding!r}; choose one of {', '.join(ENCODINGS)}")
-    if (encoding == "registry") != (registry is not None):
-        raise ConfigError(f"Avro encoding {encoding!r} " + ("needs a registry: pass registry=SchemaRegistryClient"
-                                                             ".from_env() (or use encoding='single-object')"
-                                                             if registry is None else
-                                                             "takes no registry: leave registry out, or use "
-                                                             "encoding='registry'"))
+    if encoding == "registry" and registry is None:
+        raise ConfigError("Avro encoding 'registry' needs a registry client: pass registry=SchemaRegistryClient"
+                          ".from_env() with FW_SCHEMA_REGISTRY_URL set (or use encoding='single-object')")
+    if encoding != "registry" and registry is not None:
+        raise ConfigError(f"Avro encoding {encoding!r} takes no registry: leave registry out, or use "
+                          "encoding='registry'")
     if encoding != "single-object" and writer_schemas:
         raise ConfigError(f"writer_schemas are for encoding='single-object', not {encoding!r}"
                           + (" (the registry knows the writers' schemas)" if encoding == "registry" else ""))

@@ -144,11 +144,14 @@ def test_writer_schemas_are_the_schema_store() -> None:
         "that schema out of writer_schemas")
 
 
+NEEDS_A_REGISTRY = ("Avro encoding 'registry' needs a registry client: pass registry=SchemaRegistryClient"
+                    ".from_env() with FW_SCHEMA_REGISTRY_URL set (or use encoding='single-object')")
+
+
 @pytest.mark.parametrize(("kwargs", "line"), [
-    ({"encoding": "registry"}, "Avro encoding 'registry' needs a registry: pass registry=SchemaRegistryClient"
-                               ".from_env() (or use encoding='single-object')"),
-    ({"encoding": "single_object"}, "unknown Avro encoding 'single_object'; choose one of raw, single-object, "
-                                    "registry"),
+    ({"encoding": "registry"}, NEEDS_A_REGISTRY),
+    ({"encoding": "registry", "registry": None}, NEEDS_A_REGISTRY),  # from_env() without the variable
+    ({"encoding": "single_object"}, "unknown Avro encoding 'single_object'; choose one of raw, single-object, registry"),
     ({"writer_schemas": [PURCHASE]}, "writer_schemas are for encoding='single-object', not 'raw'"),
 ])
 def test_settings_that_do_not_fit_are_config_errors(kwargs: dict[str, Any], line: str) -> None:
