@@ -6,7 +6,8 @@ Decoding, by the first that applies:
   a late topic), the framework's encodings for its repartition topics (the ``key_by`` key
   serde, the value encoding) and changelogs (store entries, ``framework.ops.entries``); the
   dead-letter topic holds other topics' original bytes, so it is shown raw;
-- ``--schema NAME``: values with the Avro schema ``NAME`` (``load_schema``), keys raw;
+- ``--schema NAME``: values with the Avro schema ``NAME`` (``load_schema``), single-object
+  records by their header, others raw; keys raw;
 - raw: text when the bytes are printable UTF-8, else base64.
 
 A record that does not decode is shown with the reason and ``topic[partition]@offset``; it
@@ -27,6 +28,7 @@ from framework.ops.targets import plain, raw_bytes
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.serde import AvroSerde, load_schema
+from framework.serde.single_object import MARKER
 from framework.serde.values import ValueCodec
 
 Decode = Callable[[bytes], Any]
@@ -80,8 +82,15 @@ RAW = Decoder("raw")
 
 
 def schema_decoder(schema: str) -> Decoder:
-    serde = AvroSerde(load_schema(schema))
-    return Decoder(f"Avro schema {schema}", value=serde.deserialize)
+    """Values with the Avro schema ``schema``: in the single-object encoding when they start
+    with its marker ``C3 01`` (then a record of another schema is an error), else raw."""
+    parsed = load_schema(schema)
+    raw, single = AvroSerde(parsed), AvroSerde(parsed, encoding="single-object")
+
+    def value(data: bytes) -> Any:
+        return (single if data[:2] == MARKER else raw).deserialize(data)
+
+    return Decoder(f"Avro schema {schema}", value=value)
 
 
 def service_decoder(pipeline: Pipeline, topic: str) -> Decoder:

@@ -171,3 +171,15 @@ def test_raw_avro_round_trips_and_names_itself_in_errors() -> None:
     assert str(caught.value) == (
         "Avro (raw, schema shop.Purchase) expected the binary encoding of one shop.Purchase, found 39 bytes "
         "(7B 22 75 73 65 72 22 3A ...; JSON?): EOFError: Expected -62 bytes, read 38")
+
+
+def test_tail_with_a_schema_reads_single_object_and_raw_records() -> None:
+    """`fw topics tail --schema NAME`: single-object records by their header, others raw."""
+    from framework.ops.tail import schema_decoder
+
+    decode = schema_decoder("demo.Number").value
+    assert decode(AvroSerde("demo.Number", encoding="single-object").serialize({"n": 5})) == {"n": 5}
+    assert decode(AvroSerde("demo.Number").serialize({"n": 6})) == {"n": 6}
+    other = {"type": "record", "name": "demo.Other", "fields": [{"name": "n", "type": "long"}]}
+    with pytest.raises(DecodeError, match="expected a writer schema it knows"):
+        decode(AvroSerde(other, encoding="single-object").serialize({"n": 7}))
