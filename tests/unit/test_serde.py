@@ -72,10 +72,10 @@ def test_json_is_compact_utf8() -> None:
 
 
 @pytest.mark.parametrize(("data", "found"), [
-    (b'{"k": "a"', "9 bytes (7B 22 6B 22 3A 20 22 61 ...): JSONDecodeError: Expecting ',' delimiter: line 1 "
-                   "column 10 (char 9)"),
-    (b"\xc3\x01\x11\xae\x2d\x05\xdb\xac\xb1\x4f\x06", "11 bytes (C3 01 11 AE 2D 05 DB AC ...; Avro single-object?): "
-     "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xc3 in position 0: invalid continuation byte"),
+    (b'{"k": "a"', ("9 bytes (7B 22 6B 22 3A 20 22 61 ...): JSONDecodeError: Expecting ',' delimiter: line 1 "
+                    "column 10 (char 9)")),
+    (b"\xc3\x01\x11\xae\x2d\x05\xdb\xac\xb1\x4f\x06", ("11 bytes (C3 01 11 AE 2D 05 DB AC ...; Avro single-object?): "
+     "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xc3 in position 0: invalid continuation byte")),
     (b"", "no bytes: JSONDecodeError: Expecting value: line 1 column 1 (char 0)"),
 ])
 def test_json_decode_errors_say_what_was_expected_and_found(data: bytes, found: str) -> None:
@@ -145,9 +145,9 @@ def test_avro_bytes_left_after_the_record_are_an_error_not_a_record() -> None:
         serde.deserialize(good + b"abc")
     assert str(caught.value) == (f"{expected} 4 bytes (0E 61 62 63) with 3 left after it: written with another "
                                  "schema, or not Avro")
-    with pytest.raises(ValueError) as caught:  # a DecodeError is a ValueError
+    with pytest.raises(ValueError) as plain:  # a DecodeError is a ValueError
         serde.deserialize(b"{\"truncated\":")
-    assert str(caught.value) == (f"{expected} 13 bytes (7B 22 74 72 75 6E 63 61 ...; JSON?) with 12 left after "
+    assert str(plain.value) == (f"{expected} 13 bytes (7B 22 74 72 75 6E 63 61 ...; JSON?) with 12 left after "
                                  "it: written with another schema, or not Avro")
 
 
