@@ -28,9 +28,9 @@ import fastavro
 from fastavro.schema import SchemaParseException, to_parsing_canonical_form
 
 from framework.errors import ConfigError
-from framework.serde.avro import schema_files
 from framework.serde.evolution import explain
 from framework.serde.registry import SchemaRegistryClient, SchemaRegistryError
+from framework.serde.schemas import schema_files
 
 _ENV_URL = "FW_SCHEMA_REGISTRY_URL"
 

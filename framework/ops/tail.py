@@ -7,7 +7,8 @@ Decoding, by the first that applies:
   serde, the value encoding) and changelogs (store entries, ``framework.ops.entries``); a
   dead letter's value as its ``fw.value.encoding`` header says (JSON, text, or a source
   record's original bytes, decoded with that source topic's serdes);
-- ``--schema NAME``: values with the Avro schema ``NAME`` (``load_schema``), keys raw;
+- ``--schema NAME``: values with the Avro schema ``NAME`` (``load_schema``), single-object
+  records by their header, others raw; keys raw;
 - raw: text when the bytes are printable UTF-8, else base64.
 
 A record that does not decode is shown with the reason and ``topic[partition]@offset``; it
@@ -31,6 +32,7 @@ from framework.ops.targets import plain, raw_bytes
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.serde import AvroSerde, load_schema
+from framework.serde.single_object import MARKER
 from framework.serde.values import ValueCodec
 
 Decode = Callable[[bytes], Any]
@@ -85,8 +87,15 @@ RAW = Decoder("raw")
 
 
 def schema_decoder(schema: str) -> Decoder:
-    serde = AvroSerde(load_schema(schema))
-    return Decoder(f"Avro schema {schema}", value=serde.deserialize)
+    """Values with the Avro schema ``schema``: in the single-object encoding when they start
+    with its marker ``C3 01`` (then a record of another schema is an error), else raw."""
+    parsed = load_schema(schema)
+    raw, single = AvroSerde(parsed), AvroSerde(parsed, encoding="single-object")
+
+    def value(data: bytes) -> Any:
+        return (single if data[:2] == MARKER else raw).deserialize(data)
+
+    return Decoder(f"Avro schema {schema}", value=value)
 
 
 def service_decoder(pipeline: Pipeline, topic: str) -> Decoder:

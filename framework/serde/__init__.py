@@ -1,17 +1,18 @@
 """Serdes: bytes <-> Python values for record keys and values.
 
-Pick one per topic side: ``JsonSerde`` for JSON, ``AvroSerde`` for Avro (schemaless, or
-the Confluent wire format with a ``SchemaRegistryClient``), ``StringSerde`` /
-``BytesSerde`` / ``IntSerde`` for plain keys. ``ValueSerde`` is the framework's own value
+Pick one per topic side: ``JsonSerde`` for JSON, ``AvroSerde`` for Avro (single-object
+encoding, the Confluent wire format with a ``SchemaRegistryClient``, or raw), ``StringSerde``
+/ ``BytesSerde`` / ``IntSerde`` for plain keys. ``ValueSerde`` is the framework's own value
 encoding (state, changelogs, repartition topics: docs/state-format.md); ``CustomType``
 registers a user type with it. No serde decodes with pickle: nothing read from a topic
-can run code.
+can run code. Bytes the Avro and JSON serdes cannot decode raise ``DecodeError``, naming
+the serde, what it expected and what it found.
 """
 
 from __future__ import annotations
 
 from framework.serde.avro import AvroSerde, load_schema
-from framework.serde.base import Serde
+from framework.serde.base import DecodeError, Serde
 from framework.serde.json import JsonSerde
 from framework.serde.registry import SchemaRegistryClient
 from framework.serde.simple import BytesSerde, IntSerde, StringSerde
@@ -21,6 +22,7 @@ __all__ = [
     "AvroSerde",
     "BytesSerde",
     "CustomType",
+    "DecodeError",
     "IntSerde",
     "JsonSerde",
     "SchemaRegistryClient",

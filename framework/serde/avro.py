@@ -1,71 +1,79 @@
-"""Avro serde (schemaless, or the Confluent wire format with a schema registry) and the
-loader of the repository's ``.avsc`` files.
+"""The Avro serde, in one of three encodings (``.avsc`` files: ``framework.serde.schemas``).
 
-Confluent wire format, as written by every Confluent serializer in every language::
+- **single-object** (Avro specification, ``framework.serde.single_object``): the marker
+  ``C3 01``, the writer schema's 8-byte fingerprint, the binary body. No registry needed; a
+  reader refuses records of schemas it does not know.
+- **registry**, the Confluent wire format, as written by every Confluent serializer in
+  every language::
 
-    byte 0      magic byte 0
-    bytes 1-4   schema id, 4 bytes big-endian (the registry's global id)
-    bytes 5-    the Avro binary body, without any schema or file header
+      byte 0      magic byte 0
+      bytes 1-4   schema id, 4 bytes big-endian (the registry's global id)
+      bytes 5-    the Avro binary body, without any schema or file header
 
-Readers resolve the writer's schema (fetched by id) against their own reader schema, so
-producers and consumers can evolve their schemas independently within the registry's
-compatibility rules (e.g. a field added with a default).
+  Readers resolve the writer's schema (fetched by id) against their own reader schema, so
+  producers and consumers can evolve their schemas independently within the registry's
+  compatibility rules (e.g. a field added with a default).
+- **raw**: the bare binary body. Nothing in the bytes says which schema wrote them, so a
+  record of another schema that happens to decode is read as a record of this one.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
-import json
-import os
 import struct
+from collections.abc import Iterable
 from io import BytesIO
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import fastavro
 from fastavro.schema import SchemaParseException, UnknownType, to_parsing_canonical_form
 
 from framework.errors import ConfigError
-from framework.serde.registry import SchemaRegistryClient
+from framework.serde.base import DecodeError, describe_bytes, hex_bytes
+from framework.serde.evolution import unreadable
+from framework.serde.registry import SchemaRegistryClient, SchemaRegistryError
+from framework.serde.schemas import full_name, load_schema, schema_files
+from framework.serde.single_object import HEADER_SIZE, SchemaStore, fingerprint, fingerprint_hex
 
-__all__ = ["AvroSerde", "load_schema", "schema_files"]
+__all__ = ["ENCODINGS", "AvroSerde", "Encoding", "load_schema", "schema_files"]
+
+Encoding = Literal["raw", "single-object", "registry"]
+ENCODINGS: tuple[Encoding, ...] = ("raw", "single-object", "registry")
 
 _MAGIC = 0
 _HEADER = struct.Struct(">bI")  # magic byte, schema id
 _HEADER_SIZE = _HEADER.size
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
-_ENV_SCHEMAS_DIR = "FW_SCHEMAS_DIR"
-_CHECKOUT_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
-
-
-def _read_all(buf: BytesIO, size: int, *schemas: Any) -> Any:
-    """One Avro datum that must take every byte: bytes left over mean the record was written
-    with another schema or is not Avro (decoding a prefix would invent a record)."""
-    value = fastavro.schemaless_reader(buf, *schemas)
-    if buf.tell() != size:
-        raise ValueError(f"{size - buf.tell()} of {size} bytes are left after the Avro record: it was written "
-                         "with another schema, or is not Avro")
-    return value
 
 
 class AvroSerde:
     """Avro records <-> bytes, with one reader/writer schema parsed at construction.
 
     ``schema`` is an Avro schema (dict, union list or primitive name) or the name of a
-    ``.avsc`` schema for ``load_schema``. Without ``registry`` the bytes are the bare Avro
-    body (schemaless). With one they are in the Confluent wire format: ``serialize``
-    registers the schema under the subject once and prefixes its id; ``deserialize``
-    decodes any registered writer schema into this reader schema. The subject is
-    ``subject`` if given, else ``<topic>-key`` / ``<topic>-value`` from ``bind``.
+    ``.avsc`` schema for ``load_schema``. ``encoding`` frames the Avro body:
+
+    - ``"single-object"``: the Avro single-object encoding (marker ``C3 01``, the writer
+      schema's CRC-64-AVRO fingerprint, the body). ``deserialize`` reads records written
+      with this schema or with one of ``writer_schemas`` (the spec's schema store: each is
+      resolved into this schema, and must be readable as it); any other fingerprint, and
+      bytes without the marker, are refused.
+    - ``"registry"`` (the default with a ``registry``): the Confluent wire format.
+      ``serialize`` registers the schema under the subject once and prefixes its id;
+      ``deserialize`` decodes any registered writer schema into this reader schema. The
+      subject is ``subject`` if given, else ``<topic>-key`` / ``<topic>-value`` from ``bind``.
+    - ``"raw"`` (the default without one): the bare body. It cannot tell one schema from
+      another: bytes another schema wrote are decoded into this one's record whenever they
+      happen to fit. Use it only for topics whose every producer writes this schema.
 
     Errors: a record that does not match the schema raises fastavro's ``TypeError`` /
-    ``ValueError``; bytes not in the wire format, and bytes left over after the datum,
-    raise ``ValueError``; truncated bytes raise ``EOFError``; registry failures raise
-    ``SchemaRegistryError``.
+    ``ValueError``; bytes that do not decode raise ``DecodeError`` (a ``ValueError``)
+    naming the encoding, the schema, what was expected and what was found; registry
+    failures other than an unknown schema id raise ``SchemaRegistryError``; a schema, an
+    encoding or writer schemas that do not fit together raise ``ConfigError``.
     """
 
-    __slots__ = ("schema", "_parsed", "_registry", "_subject", "_explicit", "_header", "_writers")
+    __slots__ = ("_explicit", "_header", "_parsed", "_registry", "_store", "_subject", "_writers", "encoding",
+                 "schema")
 
     def __init__(
         self,
@@ -73,21 +81,26 @@ class AvroSerde:
         *,
         registry: SchemaRegistryClient | None = None,
         subject: str | None = None,
+        encoding: Encoding | None = None,
+        writer_schemas: Iterable[Any] = (),
     ) -> None:
-        if isinstance(schema, str) and schema not in _PRIMITIVES:
-            schema = load_schema(schema)
+        schema = _named(schema)
         self.schema: Any = _without_fastavro_hints(schema)  # JSON form, for the registry
-        try:
-            self._parsed: Any = fastavro.parse_schema(schema)
-        except (SchemaParseException, UnknownType, ValueError, TypeError, KeyError) as exc:
-            raise ConfigError(f"invalid Avro schema: {exc}") from exc
+        self._parsed: Any = _parse(schema)
+        writer_schemas = tuple(writer_schemas)
+        self.encoding: Encoding = _encoding(encoding, registry, writer_schemas)
         self._registry = registry
         self._subject = subject
         self._explicit = subject is not None
-        self._header: bytes | None = None  # magic byte + our id, once registered
+        self._header: bytes | None = None  # what every record starts with (registry: once registered)
         # schema id -> parsed writer schema, or None when it decodes as our own schema.
         # Shared with bound copies: ids are global, so the cache is valid for any subject.
         self._writers: dict[int, Any] = {}
+        self._store: SchemaStore | None = None
+        if self.encoding == "single-object":
+            writers = [self._readable(_parse(w)) for w in writer_schemas]
+            self._store = SchemaStore(self._parsed, writers, self.describe)
+            self._header = self._store.header
 
     @property
     def subject(self) -> str | None:
@@ -98,42 +111,82 @@ class AvroSerde:
     def registry(self) -> SchemaRegistryClient | None:
         return self._registry
 
+    @property
+    def fingerprint(self) -> int:
+        """CRC-64-AVRO fingerprint of the schema's Parsing Canonical Form (unsigned 64-bit)."""
+        return fingerprint(self._parsed)
+
+    def describe(self) -> str:
+        """The serde as errors name it: ``Avro (single-object, schema demo.Number fingerprint
+        0x...)``, ``Avro (raw, schema demo.Number)``, ``Avro (registry, subject numbers-value,
+        schema demo.Number)``."""
+        name = _name(self.schema)
+        if self.encoding == "single-object":
+            return f"Avro (single-object, schema {name} fingerprint {fingerprint_hex(self.fingerprint)})"
+        if self.encoding == "registry" and self._subject is not None:
+            return f"Avro (registry, subject {self._subject}, schema {name})"
+        return f"Avro ({self.encoding}, schema {name})"
+
     def serialize(self, obj: Any) -> bytes:
         # A new BytesIO per call costs ~30 ns (measured) and keeps the serde safe to share
         # between threads; reusing one buffer saved nothing measurable.
         buf = BytesIO()
-        if self._registry is not None:
-            buf.write(self._header or self._register())
+        header = self._header
+        if header is None and self._registry is not None:
+            header = self._register()
+        if header is not None:
+            buf.write(header)
         fastavro.schemaless_writer(buf, self._parsed, obj)
         return buf.getvalue()
 
     def deserialize(self, data: bytes) -> Any:
+        if self._store is not None:
+            return self._read(data, HEADER_SIZE, self._store.writer(data))
         if self._registry is None:
-            return _read_all(BytesIO(data), len(data), self._parsed)
+            return self._read(data, 0, None)
         if len(data) < _HEADER_SIZE:
-            raise ValueError(
-                f"not in the Confluent wire format: {len(data)} bytes is shorter than the "
-                f"{_HEADER_SIZE}-byte header (magic byte 0 and a 4-byte schema id)"
-            )
+            raise DecodeError(self.describe(), f"the Confluent wire format (a {_HEADER_SIZE}-byte header: magic byte "
+                                               "00 and a 4-byte schema id)", describe_bytes(data))
         magic, schema_id = _HEADER.unpack_from(data)
         if magic != _MAGIC:
-            raise ValueError(
-                f"not in the Confluent wire format: first byte 0x{data[0]:02x} is not the "
-                "magic byte 0 (was it written without a schema registry?)"
-            )
-        buf = BytesIO(data)  # shares the bytes, no copy
-        buf.seek(_HEADER_SIZE)
+            raise DecodeError(self.describe(), "the magic byte 00 of the Confluent wire format",
+                              describe_bytes(data), "was it written without a schema registry?")
         writer = self._writers.get(schema_id, _MISSING)
         if writer is _MISSING:
             writer = self._writer_schema(schema_id)
-        if writer is None:
-            return _read_all(buf, len(data), self._parsed)
-        return _read_all(buf, len(data), writer, self._parsed)
+        return self._read(data, _HEADER_SIZE, writer)
+
+    def _read(self, data: bytes, start: int, writer: Any) -> Any:
+        """The one Avro datum in ``data[start:]``, written with ``writer`` (``None``: our own
+        schema). It must take every byte: bytes left over mean the record was written with
+        another schema or is not Avro (decoding a prefix would invent a record)."""
+        buf = BytesIO(data)  # shares the bytes, no copy
+        buf.seek(start)
+        try:
+            if writer is None:
+                value = fastavro.schemaless_reader(buf, self._parsed)
+            else:
+                value = fastavro.schemaless_reader(buf, writer, self._parsed)
+        except Exception as exc:
+            raise DecodeError(self.describe(), self._datum(writer), describe_bytes(data[start:]),
+                              f"{type(exc).__name__}: {exc}") from exc
+        left = len(data) - buf.tell()
+        if left:
+            raise DecodeError(self.describe(), self._datum(writer),
+                              f"{describe_bytes(data[start:])} with {left} left after it",
+                              "written with another schema, or not Avro")
+        return value
+
+    def _datum(self, writer: Any) -> str:
+        name = _name(self.schema if writer is None else writer)
+        header = {"single-object": HEADER_SIZE, "registry": _HEADER_SIZE}.get(self.encoding)
+        where = f" after the {header}-byte header" if header else ""
+        return f"the binary encoding of one {name}{where}"
 
     def bind(self, topic: str, is_key: bool) -> AvroSerde:
         """This serde for ``topic``: with a registry and no explicit subject, a copy whose
         subject follows the TopicNameStrategy (``<topic>-key`` / ``<topic>-value``)."""
-        if self._registry is None or self._explicit:
+        if self.encoding != "registry" or self._explicit:
             return self
         subject = f"{topic}-key" if is_key else f"{topic}-value"
         if subject == self._subject:
@@ -156,21 +209,82 @@ class AvroSerde:
         return self._header
 
     def _writer_schema(self, schema_id: int) -> Any:
-        """Fetch and parse a writer schema once; ``None`` if it is equivalent to ours."""
+        """Fetch and parse a writer schema once; ``None`` if it is equivalent to ours. An id
+        the registry does not know is this record's fault: a ``DecodeError``."""
         assert self._registry is not None
-        writer = self._registry.get_schema(schema_id)
+        try:
+            writer = self._registry.get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            if exc.status != 404:
+                raise
+            raise DecodeError(self.describe(), f"a schema id the registry at {self._registry.url} knows",
+                              f"id {schema_id} ({hex_bytes(_HEADER.pack(_MAGIC, schema_id))})",
+                              f"the registry answered: {exc}") from exc
         parsed = fastavro.parse_schema(writer)
         # Same canonical form = same binary layout: skip schema resolution on every record.
         same = to_parsing_canonical_form(parsed) == to_parsing_canonical_form(self._parsed)
         self._writers[schema_id] = None if same else parsed
         return self._writers[schema_id]
 
+    def _readable(self, writer: Any) -> Any:
+        """A writer schema of the store, once checked to be readable as ours (Avro schema
+        resolution); ``ConfigError`` naming every reason it is not."""
+        reasons = unreadable(self._parsed, writer)
+        if reasons:
+            raise ConfigError(f"AvroSerde({_name(self.schema)!r}) cannot read records written with "
+                              f"{_name(writer)} (fingerprint {fingerprint_hex(fingerprint(writer))}), given in "
+                              f"writer_schemas: {'; '.join(reasons)}. Fix: change the schema so it reads that one (a "
+                              "default for each field it adds, an alias for a renamed type), or leave that "
+                              "schema out of writer_schemas")
+        return writer
+
     def __repr__(self) -> str:
-        name = _full_name(self.schema) if isinstance(self.schema, dict) else self.schema
-        return f"AvroSerde({name!r}, registry={self._registry!r}, subject={self._subject!r})"
+        return (f"AvroSerde({_name(self.schema)!r}, encoding={self.encoding!r}, registry={self._registry!r}, "
+                f"subject={self._subject!r})")
 
 
 _MISSING = object()
+
+
+def _named(schema: Any) -> Any:
+    """A ``.avsc`` name loaded; any other schema as it is."""
+    if isinstance(schema, str) and schema not in _PRIMITIVES:
+        return load_schema(schema)
+    return schema
+
+
+def _parse(schema: Any) -> Any:
+    """``schema`` (or the ``.avsc`` schema it names) parsed; ``ConfigError`` when invalid."""
+    try:
+        return fastavro.parse_schema(_named(schema))
+    except (SchemaParseException, UnknownType, ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"invalid Avro schema: {exc}") from exc
+
+
+def _encoding(encoding: Encoding | None, registry: SchemaRegistryClient | None,
+              writer_schemas: tuple[Any, ...]) -> Encoding:
+    """The encoding asked for, checked against the registry and writer schemas given."""
+    if encoding is None:
+        encoding = "raw" if registry is None else "registry"
+    if encoding not in ENCODINGS:
+        raise ConfigError(f"unknown Avro encoding {encoding!r}; choose one of {', '.join(ENCODINGS)}")
+    if encoding == "registry" and registry is None:
+        raise ConfigError("Avro encoding 'registry' needs a registry client: pass registry=SchemaRegistryClient"
+                          ".from_env() with FW_SCHEMA_REGISTRY_URL set (or use encoding='single-object')")
+    if encoding != "registry" and registry is not None:
+        raise ConfigError(f"Avro encoding {encoding!r} takes no registry: leave registry out, or use "
+                          "encoding='registry'")
+    if encoding != "single-object" and writer_schemas:
+        raise ConfigError(f"writer_schemas are for encoding='single-object', not {encoding!r}"
+                          + (" (the registry knows the writers' schemas)" if encoding == "registry" else ""))
+    return encoding
+
+
+def _name(schema: Any) -> str:
+    """``demo.Number``, ``long``, ``array``, ``union``: a schema as messages name it."""
+    if isinstance(schema, dict):
+        return full_name(schema) if "name" in schema else str(schema.get("type"))
+    return "union" if isinstance(schema, list) else str(schema)
 
 
 def _without_fastavro_hints(schema: Any) -> Any:
@@ -178,125 +292,3 @@ def _without_fastavro_hints(schema: Any) -> Any:
     if isinstance(schema, dict) and "__fastavro_parsed" in schema:
         return {k: v for k, v in schema.items() if not k.startswith("__")}
     return schema
-
-
-# --- .avsc files ------------------------------------------------------------------------
-
-# path -> (mtime_ns, schema): each file is read and checked once per version.
-_FILES: dict[Path, tuple[int, dict[str, Any]]] = {}
-
-
-def load_schema(
-    name_or_path: str | os.PathLike[str], schemas_dir: str | os.PathLike[str] | None = None
-) -> dict[str, Any]:
-    """An Avro schema (as a new dict) from a ``.avsc`` file.
-
-    ``name_or_path`` is a full name (``"sensor.Reading"``: namespace + name inside any
-    file), a file stem (``"reading"``), or a path (``"schemas/reading.avsc"``). The
-    directory searched is ``schemas_dir``, else ``$FW_SCHEMAS_DIR``, else ``./schemas``,
-    else the ``schemas/`` of this checkout. Raises ``ConfigError`` for an unknown name
-    (with close matches and the directory searched) or an unreadable or invalid file.
-    """
-    directory, why = _schemas_dir(schemas_dir)
-    text = os.fspath(name_or_path)
-    if isinstance(name_or_path, Path) or text.endswith(".avsc") or os.sep in text or "/" in text:
-        path = Path(text).expanduser()
-        if not path.is_absolute() and not path.exists():
-            path = directory / path
-        if not path.is_file():
-            raise ConfigError(f"Avro schema file {text!r} not found (also looked in {directory})")
-        return copy.deepcopy(_read_file(path))
-    index, broken = _index(directory)
-    found = index.get(text)
-    if found is not None:
-        return copy.deepcopy(_read_file(found))
-    if text in broken:
-        raise broken[text]
-    raise ConfigError(_unknown_message(text, index, broken, directory, why))
-
-
-def schema_files(
-    schemas_dir: str | os.PathLike[str] | None = None,
-) -> tuple[Path, list[tuple[Path, dict[str, Any] | ConfigError]]]:
-    """The directory ``load_schema`` searches (the same rules) and every ``.avsc`` file under
-    it, sorted, each with its schema or the ``ConfigError`` that says why it cannot be read."""
-    directory, _ = _schemas_dir(schemas_dir)
-    files: list[tuple[Path, dict[str, Any] | ConfigError]] = []
-    for path in sorted(directory.rglob("*.avsc")) if directory.is_dir() else []:
-        try:
-            files.append((path, copy.deepcopy(_read_file(path))))
-        except ConfigError as exc:
-            files.append((path, exc))
-    return directory, files
-
-
-def _schemas_dir(explicit: str | os.PathLike[str] | None) -> tuple[Path, str]:
-    if explicit is not None:
-        return Path(explicit), "schemas_dir argument"
-    from_env = os.environ.get(_ENV_SCHEMAS_DIR)
-    if from_env:
-        return Path(from_env), _ENV_SCHEMAS_DIR
-    local = Path.cwd() / "schemas"
-    if local.is_dir():
-        return local, "./schemas"
-    return _CHECKOUT_SCHEMAS, "the framework checkout"
-
-
-def _index(directory: Path) -> tuple[dict[str, Path], dict[str, ConfigError]]:
-    """Full name and file stem -> file; unreadable files by stem, to report them."""
-    if not directory.is_dir():
-        return {}, {}
-    index: dict[str, Path] = {}
-    broken: dict[str, ConfigError] = {}
-    for path in sorted(directory.rglob("*.avsc")):
-        try:
-            schema = _read_file(path)
-        except ConfigError as exc:
-            broken[path.stem] = exc
-            continue
-        index.setdefault(path.stem, path)
-        index.setdefault(_full_name(schema), path)
-    return index, broken
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    path = path.resolve()
-    try:
-        mtime = path.stat().st_mtime_ns
-        cached = _FILES.get(path)
-        if cached is not None and cached[0] == mtime:
-            return cached[1]
-        schema = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read Avro schema {path}: {exc}") from exc
-    if not isinstance(schema, dict) or "name" not in schema:
-        raise ConfigError(f"Avro schema {path} is not a named schema (a JSON object with a name)")
-    try:
-        fastavro.parse_schema(schema)
-    except (SchemaParseException, UnknownType, ValueError, TypeError, KeyError) as exc:
-        raise ConfigError(f"invalid Avro schema in {path}: {exc}") from exc
-    _FILES[path] = (mtime, schema)
-    return schema
-
-
-def _full_name(schema: dict[str, Any]) -> str:
-    name = str(schema["name"])
-    namespace = schema.get("namespace")
-    return f"{namespace}.{name}" if namespace and "." not in name else name
-
-
-def _unknown_message(
-    name: str, index: dict[str, Path], broken: dict[str, ConfigError], directory: Path, why: str
-) -> str:
-    message = f"unknown Avro schema {name!r}: no .avsc file in {directory} (from {why}) defines it"
-    lowered = {known.lower(): known for known in index}  # "Reading" should find "reading"
-    close = [lowered[c] for c in difflib.get_close_matches(name.lower(), lowered, 3, 0.5)]
-    if close:
-        message += f"; did you mean {', '.join(repr(c) for c in close)}?"
-    elif index:
-        message += f"; known: {', '.join(sorted(index))}"
-    if not directory.is_dir():
-        message += f"; the directory does not exist (set {_ENV_SCHEMAS_DIR} to the right one)"
-    if broken:
-        message += f"; unreadable files skipped: {', '.join(sorted(broken))}"
-    return message

@@ -29,7 +29,7 @@ from typing import Any
 
 import fastavro
 
-__all__ = ["LEVELS", "Problem", "explain", "reading_problems"]
+__all__ = ["LEVELS", "Problem", "explain", "reading_problems", "unreadable"]
 
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
           "FULL_TRANSITIVE")
@@ -64,6 +64,12 @@ def reading_problems(reader: Any, writer: Any) -> list[Problem]:
     resolver = _Resolver(fastavro.parse_schema(reader, named_schemas=readers), readers,
                          fastavro.parse_schema(writer, named_schemas=writers), writers)
     return resolver.problems
+
+
+def unreadable(reader: Any, writer: Any) -> list[str]:
+    """One line per reason ``reader`` cannot read what ``writer`` wrote, e.g. "field `unit`
+    added without a default: old records cannot be read"; empty when it can."""
+    return [_backward(p) for p in reading_problems(reader, writer)]
 
 
 def explain(level: str, new: Any, previous: Sequence[tuple[int, Any]]) -> list[str]:

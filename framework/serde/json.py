@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from framework.serde.base import DecodeError, describe_bytes
+
 __all__ = ["JsonSerde"]
 
 
@@ -13,11 +15,11 @@ class JsonSerde:
 
     ``serialize`` raises ``TypeError`` for values JSON cannot represent (sets, bytes,
     custom objects) and ``ValueError`` for circular references; ``deserialize`` raises
-    ``UnicodeDecodeError`` or ``json.JSONDecodeError`` (both ``ValueError``). Stateless:
-    one instance can be shared everywhere.
+    ``DecodeError`` (a ``ValueError``) for bytes that are not UTF-8 JSON, naming what it
+    found and the decoder's reason. Stateless: one instance can be shared everywhere.
     """
 
-    __slots__ = ("_encode", "_decode")
+    __slots__ = ("_decode", "_encode")
 
     def __init__(self) -> None:
         # One encoder/decoder built here instead of json.dumps/json.loads per call, which
@@ -29,7 +31,11 @@ class JsonSerde:
         return self._encode(obj).encode("utf-8")
 
     def deserialize(self, data: bytes) -> Any:
-        return self._decode(str(data, "utf-8"))
+        try:
+            return self._decode(str(data, "utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError
+            raise DecodeError("JSON", "one JSON value in UTF-8", describe_bytes(data, own="JSON?"),
+                              f"{type(exc).__name__}: {exc}") from exc
 
     def bind(self, topic: str, is_key: bool) -> JsonSerde:
         return self

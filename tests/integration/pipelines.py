@@ -43,6 +43,22 @@ def avro_numbers() -> Pipeline:
     return p
 
 
+PURCHASE = {"type": "record", "name": "Purchase", "namespace": "shop",
+            "fields": [{"name": "user", "type": "string"}, {"name": "amount", "type": "long"}]}
+
+
+def single_object_purchases() -> Pipeline:
+    """Avro ``shop.Purchase`` in the single-object encoding (``so-purchases-<suffix>``, 1
+    partition) echoed as JSON to ``so-seen-<suffix>``; records of other schemas, and bytes
+    that are not single-object Avro, go to ``so-<suffix>-dead-letter``."""
+    s = _suffix()
+    p = Pipeline(f"so-{s}")
+    purchases = p.source(Topic(f"so-purchases-{s}", value_serde=AvroSerde(PURCHASE, encoding="single-object"),
+                               partitions=1), name="purchases")
+    purchases.to(Topic(f"so-seen-{s}"), name="to-seen")
+    return p
+
+
 # -- two_drivers: the same pipeline through the TestDriver and the Kafka runtime ------------
 
 from typing import Any  # noqa: E402 - this section was appended; the imports above are untouched

@@ -550,6 +550,11 @@ def test_malformed_json_goes_to_the_dead_letter_topic_with_its_coordinates(parti
         assert h["fw.step"] == b"source-0"
         assert "decode" in message
     by_value = {m.value(): m for m in dead}
-    assert headers_of(by_value[b'{"k": "a"'])["fw.error.type"] == b"JSONDecodeError"
-    assert headers_of(by_value[b"\xff\xfe not utf-8"])["fw.error.type"] == b"UnicodeDecodeError"
+    # The serde's DecodeError names what JSON expected and found, then the decoder's own reason.
+    assert headers_of(by_value[b'{"k": "a"'])["fw.error.type"] == b"DecodeError"
+    assert headers_of(by_value[b"\xff\xfe not utf-8"])["fw.error.type"] == b"DecodeError"
+    assert b"found 9 bytes (7B 22 6B 22 3A 20 22 61 ...): JSONDecodeError: Expecting ',' delimiter" in headers_of(
+        by_value[b'{"k": "a"'])["fw.error.message"]
+    assert b"found 12 bytes (FF FE 20 6E 6F 74 20 75 ...): UnicodeDecodeError: " in headers_of(
+        by_value[b"\xff\xfe not utf-8"])["fw.error.message"]
     assert by_value[b"\xff\xfe not utf-8"].key() == b"raw-key"

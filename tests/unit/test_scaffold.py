@@ -201,6 +201,35 @@ def test_each_template_writes_its_service_schemas_tests_and_compose_entry(tmp_pa
     assert (root / PROMETHEUS).read_text() == expected
 
 
+_ENCODINGS = """
+import importlib, sys
+from framework.serde import AvroSerde
+for package in sys.argv[1:]:
+    pipeline = importlib.import_module(f"services.{package}.pipeline").pipeline
+    for topic in [*(s.topic for s in pipeline.sources()), *pipeline.sink_topics()]:
+        for side, serde in (("key", topic.key_serde), ("value", topic.value_serde)):
+            if isinstance(serde, AvroSerde):
+                print(package, topic.name, side, serde.encoding, serde.describe())
+"""
+
+
+def test_every_avro_topic_of_a_generated_service_is_single_object(tmp_path: Path) -> None:
+    """Never raw Avro, which reads another schema's record as its own: the single-object
+    encoding names each record's schema and needs no registry running."""
+    root = _project(tmp_path)
+    for template in TEMPLATES:
+        new_service(root, f"gen-{template}", template)
+    done = subprocess.run([sys.executable, "-c", _ENCODINGS, *(f"gen_{t}" for t in TEMPLATES)], cwd=root,
+                          env={**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{ROOT}"}, check=False,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" ", 4) for line in done.stdout.splitlines()]
+    topics = {(package, topic) for package, topic, *_ in rows}
+    assert len(topics) == 12  # 2 per template, 3 for join, a late topic for windowed
+    assert all(side == "value" and encoding == "single-object" for _, _, side, encoding, _ in rows), rows
+    assert all(serde.startswith("Avro (single-object, schema gen_") for *_, serde in rows), rows
+
+
 def test_without_a_prometheus_file_none_is_written(tmp_path: Path) -> None:
     root = _project(tmp_path, with_prometheus=False)
     result = new_service(root, "fraud-alerts")

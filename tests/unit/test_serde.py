@@ -24,6 +24,7 @@ from framework.errors import ConfigError
 from framework.serde import (
     AvroSerde,
     BytesSerde,
+    DecodeError,
     IntSerde,
     JsonSerde,
     SchemaRegistryClient,
@@ -68,6 +69,19 @@ def test_json_is_compact_utf8() -> None:
         JsonSerde().serialize({1, 2})
     with pytest.raises(ValueError):
         JsonSerde().deserialize(b"{not json")
+
+
+@pytest.mark.parametrize(("data", "found"), [
+    (b'{"k": "a"', ("9 bytes (7B 22 6B 22 3A 20 22 61 ...): JSONDecodeError: Expecting ',' delimiter: line 1 "
+                    "column 10 (char 9)")),
+    (b"\xc3\x01\x11\xae\x2d\x05\xdb\xac\xb1\x4f\x06", ("11 bytes (C3 01 11 AE 2D 05 DB AC ...; Avro single-object?): "
+     "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xc3 in position 0: invalid continuation byte")),
+    (b"", "no bytes: JSONDecodeError: Expecting value: line 1 column 1 (char 0)"),
+])
+def test_json_decode_errors_say_what_was_expected_and_found(data: bytes, found: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        JsonSerde().deserialize(data)
+    assert str(caught.value) == f"JSON expected one JSON value in UTF-8, found {found}"
 
 
 def test_int_matches_kafka_long_serializer() -> None:
@@ -126,10 +140,15 @@ def test_avro_bytes_left_after_the_record_are_an_error_not_a_record() -> None:
     every byte, or a poison record would pass as data."""
     serde = AvroSerde(load_schema("number"))
     good = serde.serialize({"n": 7})
-    with pytest.raises(ValueError, match="3 of 4 bytes are left after the Avro record"):
+    expected = "Avro (raw, schema demo.Number) expected the binary encoding of one demo.Number, found"
+    with pytest.raises(DecodeError) as caught:
         serde.deserialize(good + b"abc")
-    with pytest.raises(ValueError, match="left after the Avro record"):
+    assert str(caught.value) == (f"{expected} 4 bytes (0E 61 62 63) with 3 left after it: written with another "
+                                 "schema, or not Avro")
+    with pytest.raises(ValueError) as plain:  # a DecodeError is a ValueError
         serde.deserialize(b"{\"truncated\":")
+    assert str(plain.value) == (f"{expected} 13 bytes (7B 22 74 72 75 6E 63 61 ...; JSON?) with 12 left after "
+                                 "it: written with another schema, or not Avro")
 
 
 def test_avro_invalid_schema_is_a_config_error() -> None:
@@ -234,14 +253,23 @@ def test_schema_evolution_reader_adds_a_field_with_default(registry: FakeRegistr
 
 
 def test_not_wire_format_is_a_clear_error(registry: FakeRegistry) -> None:
-    serde = AvroSerde("sensor.Reading", registry=SchemaRegistryClient(registry.url))
-    with pytest.raises(ValueError, match="first byte 0x01 is not the magic byte 0"):
-        serde.deserialize(b"\x01\x00\x00\x00\x01\x02")
-    with pytest.raises(ValueError, match="not in the Confluent wire format"):
+    serde = AvroSerde("sensor.Reading", registry=SchemaRegistryClient(registry.url)).bind("readings", False)
+    assert serde.encoding == "registry"
+    named = "Avro (registry, subject readings-value, schema sensor.Reading) expected"
+    with pytest.raises(DecodeError) as caught:
+        serde.deserialize(b'{"id": "sensor-1"}')
+    assert str(caught.value) == (f"{named} the magic byte 00 of the Confluent wire format, found 18 bytes (7B 22 69 "
+                                 "64 22 3A 20 22 ...; JSON?): was it written without a schema registry?")
+    with pytest.raises(DecodeError) as caught:
         serde.deserialize(b"\x00\x00")
-    with pytest.raises(SchemaRegistryError, match="HTTP 404: Schema not found") as info:
+    assert str(caught.value) == (f"{named} the Confluent wire format (a 5-byte header: magic byte 00 and a 4-byte "
+                                 "schema id), found 2 bytes (00 00)")
+    with pytest.raises(DecodeError) as caught:
         serde.deserialize(b"\x00\x00\x00\x03\xe7\x02")
-    assert info.value.error_code == 40403
+    assert str(caught.value) == (
+        f"{named} a schema id the registry at {registry.url} knows, found id 999 (00 00 00 03 E7): the registry "
+        f"answered: schema registry GET {registry.url}/schemas/ids/999 failed: HTTP 404: Schema not found")
+    assert isinstance(caught.value.__cause__, SchemaRegistryError) and caught.value.__cause__.error_code == 40403
 
 
 def test_bind_uses_topic_name_strategy(registry: FakeRegistry) -> None:
