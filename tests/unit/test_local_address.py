@@ -47,9 +47,8 @@ def test_the_default_directory_is_under_fw_home(tmp_path: Path) -> None:
 def test_nothing_recorded_is_the_default_port(tmp_path: Path) -> None:
     env = {"FW_BROKER_DIR": str(tmp_path), "FW_BROKER_PORT": ""}  # empty counts as unset
     address = local_broker_address(env)
-    assert (address.bootstrap, address.origin) == (
-        "127.0.0.1:28092", f"the local broker's default port: FW_BROKER_PORT is unset and {tmp_path} "
-                           "records no broker")
+    assert address.bootstrap == "127.0.0.1:28092"
+    assert address.origin == f"the local broker's default port: FW_BROKER_PORT is unset and {tmp_path} records no broker"
 
 
 def test_fw_bootstrap_servers_and_the_file_still_win(tmp_path: Path) -> None:
