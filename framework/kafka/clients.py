@@ -25,7 +25,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from framework.engine.context import Headers
 from framework.errors import (
     AccessProblem,
     ConfigError,
@@ -36,6 +35,7 @@ from framework.errors import (
     TimestampError,
 )
 from framework.kafka.logs import CLIENT_LOG
+from framework.records import Headers
 
 log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from framework.errors import ProcessingError, RecordError, SerializationError
 
 if TYPE_CHECKING:
-    from framework.engine.context import TaskContext
+    from framework.operators.context import TaskContext
     from framework.pipeline import steps as S
 
 

@@ -46,7 +46,12 @@ from framework.runtime.membership import refuse_a_taken_instance_id, unheld_back
 from framework.runtime.outage import Recovery
 from framework.runtime.restore import Restorer
 from framework.runtime.standby import Standby
-from framework.runtime.topics import ensure_service_topics, output_limits, producer_max_bytes
+from framework.runtime.topics import (
+    ensure_service_topics,
+    output_limits,
+    producer_max_bytes,
+    service_grants,
+)
 from framework.state.rocksdb import RocksDBBackend
 
 log = logging.getLogger("framework.runtime")
@@ -145,7 +150,7 @@ class Service:
         max_bytes = producer_max_bytes(cfg.kafka.producer)
         self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics,
                                                 max_message_bytes=max_bytes)
-        missing = missing_grants(settings, self.pipeline)
+        missing = missing_grants(settings, service_grants(self.pipeline))
         if missing:
             raise denied(settings, self.pipeline.name, missing)
         _warn_about_generated_names(self.pipeline)
@@ -453,7 +458,7 @@ def _counters(metrics: dict[str, int]) -> str:
 
 def _missing_grants(settings: dict[str, str], pipeline: Pipeline) -> list[Grant]:
     try:
-        return missing_grants(settings, pipeline, timeout_s=10.0)
+        return missing_grants(settings, service_grants(pipeline), timeout_s=10.0)
     except Exception as exc:
         if client_failure(exc) is None:
             raise

@@ -1,4 +1,5 @@
-"""The topics a service needs, created with the right partition counts and configs."""
+"""The topics a service needs, created with the right partition counts and configs, and the
+permissions it needs on them (``service_grants``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from framework.errors import PipelineError, RuntimeProblem
+from framework.kafka.acl import Grant
 from framework.kafka.admin import (
     TopicLimits,
     TopicSpec,
@@ -67,6 +69,28 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
                 if t.name not in counts]
     ensure_topics(admin, specs + written, who=principal(settings))
     return n
+
+
+def service_grants(pipeline: Pipeline) -> list[Grant]:
+    """Every grant a member of ``pipeline`` needs, as Kafka Streams' docs list them for an
+    application (Read and Write imply Describe): read its sources, read and write its own
+    repartition and changelog topics, write its sinks and dead letters, create the topics it
+    creates when they are missing, join its consumer group (and the restore reader's, which
+    shares the prefix) and own its transactional ids (``<service>-<instance>``)."""
+    grants: set[Grant] = set()
+    own = {*pipeline.input_topics(), *(pipeline.changelog_topic(s) for s in pipeline.store_names())}
+    sources = {s.topic.name for s in pipeline.sources()}
+    sinks = {t.name for t in pipeline.sink_topics()} | {pipeline.dead_letter.name}
+    for name in sources | own:
+        grants.add(Grant("topic", name, "read"))
+    for name in (own - sources) | sinks:
+        grants.add(Grant("topic", name, "write"))
+    for name in sources | own | sinks:  # created by the service when missing
+        grants.add(Grant("topic", name, "create"))
+    grants.add(Grant("group", pipeline.name, "read", prefixed=True))  # the group, and <name>-restore
+    grants.add(Grant("transactional-id", f"{pipeline.name}-", "write", prefixed=True))
+    return sorted(grants)
+
 
 
 def output_limits(pipeline: Pipeline, settings: Mapping[str, Any],

@@ -19,13 +19,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from framework.engine.context import Headers
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.engine.runner import ChangelogInfo, TaskRunner
 from framework.engine.task import Task
 from framework.errors import PipelineError
 from framework.pipeline.definition import Pipeline, Topic
+from framework.records import Headers
 from framework.state.keys import keyed, state_prefix
 from framework.state.memory import MemoryBackend
 from framework.time.clock import WATERMARK_HEADER
