@@ -31,7 +31,8 @@ def test_layers_keep_their_imports() -> None:
 def _cycle_report(graph: dict[str, dict[str, list[str]]], component: list[str]) -> str:
     """The edges of one cycle of ``component``, each with the imports that make it."""
     path = cycle_through(graph, component)
-    return "\n".join(f"  {a} -> {b}: {', '.join(graph[a][b])}" for a, b in zip(path, path[1:]))
+    edges = [f"  {a} -> {b}: {', '.join(graph[a][b])}" for a, b in zip(path, path[1:])]
+    return "\n".join([f"{' -> '.join(path)}", *edges])
 
 
 def test_packages_import_no_cycle() -> None:
@@ -49,4 +50,4 @@ def test_the_package_cycle_check_names_the_imports() -> None:
              "p.c": {"p.a": ["p/c/w.py:1"]}, "p.d": {"p.a": ["p/d/v.py:2"]}}
     assert cycles(graph) == [["p.a", "p.b", "p.c"]]
     assert _cycle_report(graph, ["p.a", "p.b", "p.c"]) == (
-        "  p.a -> p.b: p/a/x.py:3\n  p.b -> p.c: p/b/y.py:5, p/b/z.py:9\n  p.c -> p.a: p/c/w.py:1")
+        "p.a -> p.b -> p.c -> p.a\n  p.a -> p.b: p/a/x.py:3\n  p.b -> p.c: p/b/y.py:5, p/b/z.py:9\n  p.c -> p.a: p/c/w.py:1")
