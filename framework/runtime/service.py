@@ -52,6 +52,7 @@ from framework.runtime.topics import (
     producer_max_bytes,
     service_grants,
 )
+from framework.state.directory import ensure_writable
 from framework.state.rocksdb import RocksDBBackend
 
 log = logging.getLogger("framework.runtime")
@@ -105,6 +106,7 @@ class Service:
         """Process until ``request_stop`` (a signal) or ``until(self)`` is true; then take a
         final checkpoint and leave the group."""
         cfg, settings = self.config, self.config.kafka.client_settings()
+        ensure_writable(cfg.state.dir, self.pipeline.name)  # before starting, waiting for or joining anything
         client_id = self.client_id = self._start_endpoint()
         try:
             self._run(until, cfg, settings, client_id)
