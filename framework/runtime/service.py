@@ -51,6 +51,7 @@ from framework.runtime.topics import (
     output_limits,
     producer_max_bytes,
     service_grants,
+    topics_missing,
 )
 from framework.state.directory import ensure_writable
 from framework.state.rocksdb import RocksDBBackend
@@ -162,6 +163,8 @@ class Service:
                                    "transaction.timeout.ms": cfg.kafka.transaction_timeout_ms}, txid)
         self.output.limit_timestamps({topic: (limits.before_ms, limits.after_ms) for topic, limits
                                       in output_limits(self.pipeline, settings, max_bytes).items()})
+        self.output.on_missing = lambda names: topics_missing(self.pipeline, names, self.partitions,
+                                                              settings["bootstrap.servers"], running=True)
         self.consumer = GroupConsumer({**settings, **cfg.kafka.consumer}, self.pipeline.name, client_id=client_id,
                                       instance_id=self.static_id,
                                       leave_on_close=cfg.processing.leave_group_on_shutdown,
