@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from framework.cli import output as out
-from framework.kafka.acl import grant, service_grants
+from framework.kafka.acl import grant
 from framework.ops.targets import client_settings, load_config, load_service
+from framework.runtime.topics import service_grants
 
 
 @click.command()

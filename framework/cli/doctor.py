@@ -25,8 +25,8 @@ def doctor(skip_clock: bool, as_json: bool, config_file: str | None) -> None:
     """Check this machine and the configured cluster: Python and the framework's version,
     Java 17+, Maven, the local broker's jars, the cluster (reachable, brokers and
     controller, settings transactions need), the broker's clock, the schema registry if one
-    is configured, pyspark and Spark's Kafka connector, and free disk under the state
-    directory.
+    is configured, pyspark and Spark's Kafka connector, and the state directory (writable by
+    this user, created if missing, and the free space under it).
 
     Prints a line per check, ✓ passed, ! warning, ✗ failed (with the fix on the same
     line), - skipped; exit status 1 when any check failed. Each check has a time limit, so

@@ -1,5 +1,5 @@
 """The compile step: each kind of step (pure data, ``framework.pipeline.steps``) to its
-operator (``framework.operators``, ``framework.windows.operators``).
+operator (``framework.operators``; windows: ``framework.operators.windows``).
 
 ``build_step(step, ctx, down)`` returns the ``push(key, value, timestamp)`` closure of the
 step for one task, per parent (a two-input step tells its inputs apart); ``down`` is the
@@ -17,8 +17,8 @@ from framework.operators.aggregate import build_aggregate
 from framework.operators.basic import build_filter, build_flat_map, build_key_by, build_map, build_peek, build_sink
 from framework.operators.join import build_interval_join, build_window_join
 from framework.operators.process import build_co_process, build_process
+from framework.operators.windows import build_window
 from framework.pipeline import steps as S
-from framework.windows.operators import build_window
 
 Builder = Callable[[Any, TaskContext, S.Push], S.Push]
 MultiBuilder = Callable[[Any, TaskContext, S.Push], dict[str, S.Push]]

@@ -1,6 +1,6 @@
 """The record every engine but the Kafka runtime hands to its tasks.
 
-A task reads records through ``framework.engine.context.InputRecord``: the Kafka runtime
+A task reads records through ``framework.records.InputRecord``: the Kafka runtime
 passes ``confluent_kafka.Message`` objects as they come; the TestDriver and the Spark job
 build ``Record``s, which have the same methods.
 """

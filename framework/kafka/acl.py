@@ -1,10 +1,9 @@
 """What a service may do on a cluster with an authorizer: its ACLs, and SCRAM users.
 
-``service_grants`` lists every permission a service's member needs, as Kafka Streams' docs do
-for an application: read its sources, read and write its own repartition and changelog
-topics, write its sinks and dead letters, create the topics it creates when they are
-missing, join its consumer group (and the restore reader's, which shares the prefix) and
-own its transactional ids (``<service>-<instance>``). ``fw acls`` prints them and grants them.
+A ``Grant`` is one permission; ``framework.runtime.topics.service_grants`` lists those a
+service's member needs (this I/O layer knows topics, groups and ids, not pipelines).
+``missing_grants`` asks the cluster which of them it refuses, ``grant`` creates them (what
+``fw acls`` does).
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from confluent_kafka.admin import (
 from framework.errors import AccessProblem, KafkaClientError
 from framework.kafka.admin import admin_client
 from framework.kafka.connect import principal
-from framework.pipeline.definition import Pipeline
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -58,29 +56,13 @@ class Grant:
                           principal, "*", AclOperation[self.operation.upper()], AclPermissionType.ALLOW)
 
 
-def service_grants(pipeline: Pipeline) -> list[Grant]:
-    """Every grant a member of ``pipeline`` needs (Read and Write imply Describe)."""
-    grants: set[Grant] = set()
-    own = {*pipeline.input_topics(), *(pipeline.changelog_topic(s) for s in pipeline.store_names())}
-    sources = {s.topic.name for s in pipeline.sources()}
-    sinks = {t.name for t in pipeline.sink_topics()} | {pipeline.dead_letter.name}
-    for name in sources | own:
-        grants.add(Grant("topic", name, "read"))
-    for name in (own - sources) | sinks:
-        grants.add(Grant("topic", name, "write"))
-    for name in sources | own | sinks:  # created by the service when missing
-        grants.add(Grant("topic", name, "create"))
-    grants.add(Grant("group", pipeline.name, "read", prefixed=True))  # the group, and <name>-restore
-    grants.add(Grant("transactional-id", f"{pipeline.name}-", "write", prefixed=True))
-    return sorted(grants)
-
-
-def missing_grants(settings: Mapping[str, Any], pipeline: Pipeline, timeout_s: float = 15.0) -> list[Grant]:
-    """The grants of ``service_grants`` the cluster does not give the client of ``settings``,
-    from the operations it reports as authorized (empty on a cluster without an authorizer).
-    Creating topics is left out (only a missing topic needs it), and so are transactional
-    ids: Kafka has no request that tells whether one may be used."""
-    wanted = [g for g in service_grants(pipeline) if g.operation != "create"]
+def missing_grants(settings: Mapping[str, Any], grants: Iterable[Grant], timeout_s: float = 15.0) -> list[Grant]:
+    """Those of ``grants`` (a service's: ``framework.runtime.topics.service_grants``) the
+    cluster does not give the client of ``settings``, from the operations it reports as
+    authorized (empty on a cluster without an authorizer). Creating topics is left out (only
+    a missing topic needs it), and so are transactional ids: Kafka has no request that tells
+    whether one may be used."""
+    wanted = [g for g in grants if g.operation != "create"]
     topics = sorted({g.name for g in wanted if g.resource == "topic"})
     admin = admin_client(settings)
     allowed: dict[tuple[str, str], set[str] | None] = {}

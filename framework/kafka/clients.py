@@ -25,23 +25,33 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from framework.engine.context import Headers
 from framework.errors import (
     AccessProblem,
     ConfigError,
     FatalKafkaError,
     FencedError,
+    FrameworkError,
     KafkaClientError,
     RecordTooLargeError,
+    RuntimeProblem,
     TimestampError,
 )
 from framework.kafka.logs import CLIENT_LOG
+from framework.records import Headers
 
 log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses
 _FLUSH_SLICE_S = 0.5  # a flush looks at the brokers' state this often
 _TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is refused already
+# A flush takes milliseconds unless records wait: for a topic that is gone, librdkafka holds
+# them until message.timeout.ms (deleted while known) or topic.metadata.propagation.max.ms
+# (30 s; never seen) before it fails them with UNKNOWN_TOPIC_OR_PART. A flush still waiting
+# this long asks, once, whether every topic it writes to exists, so that a missing one is
+# named at once (``absent_topics``).
+GONE_CHECK_S = 2.0
+_GONE_ASK_TIMEOUT_S = 5.0
+_UNKNOWN_TOPIC = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
 Verdict = Literal["retry", "abort", "reset", "fatal"]
 _NOT_READY_YET = (  # a partition just created, or moving: its leader is not known yet
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
@@ -117,6 +127,32 @@ def _fenced(err: KafkaError) -> bool:
     return err.code() == KafkaError._FATAL and "fenced" in err.str().lower()
 
 
+def absent_topics(producer: Producer, topics: Iterable[str]) -> list[str]:
+    """Those of ``topics`` the cluster does not list; none when it cannot say now. It lists
+    them all: asking for one by name would make a broker with auto.create.topics.enable
+    create it."""
+    try:
+        listed = producer.list_topics(timeout=_GONE_ASK_TIMEOUT_S).topics
+    except KafkaException:
+        return []
+    return sorted(t for t in set(topics) if t not in listed)
+
+
+def unknown_topic(err: KafkaError) -> bool:
+    """Whether a delivery failed because its topic does not exist."""
+    return err.code() in _UNKNOWN_TOPIC
+
+
+def no_such_topics(topics: list[str], where: str) -> RuntimeProblem:
+    """The line for records written to topics that do not exist, when nothing more is known
+    of them (a service knows more: ``framework.runtime.topics.topics_missing``)."""
+    commands = "; ".join(f"fw topics create {t} --partitions N" for t in topics)
+    what = f"topic {topics[0]!r} does" if len(topics) == 1 else f"topics {', '.join(topics)} do"
+    return RuntimeProblem(f"{what} not exist on {where}: what is written there cannot be delivered (the cluster "
+                          f"creates no topic on its own). Fix: create {'it' if len(topics) == 1 else 'them'} "
+                          f"({commands})")
+
+
 class Connectivity:
     """What a client's error events say of the cluster: ``down_since`` (monotonic seconds) is
     set when librdkafka reports every broker connection down, and cleared by whoever has seen
@@ -171,6 +207,9 @@ class KafkaOutput:
         self._output_report = None if self.transactional else self._on_delivery
         self._changelog_ends: dict[TP, int] = {}
         self._delivery_error: KafkaError | None = None
+        self._gone: set[str] = set()  # topics a delivery report said do not exist
+        self.on_missing: Callable[[list[str]], FrameworkError] = (
+            lambda topics: no_such_topics(topics, str(conf.get("bootstrap.servers", "?"))))
         self.produced: dict[str, int] = {}  # records sent per topic (for metrics)
         self.aborts = 0
         self._time_limits: dict[str, tuple[int | None, int | None]] = {}  # topic -> (before, after) ms
@@ -220,7 +259,11 @@ class KafkaOutput:
                 self._p.poll(0.05)  # local queue full: let deliveries drain (backpressure)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None and self._delivery_error is None:
+        if err is None:
+            return
+        if unknown_topic(err):
+            self._gone.add(str(msg.topic()))
+        if self._delivery_error is None:
             self._delivery_error = err
 
     def _on_changelog(self, err: KafkaError | None, msg: Message) -> None:
@@ -261,19 +304,33 @@ class KafkaOutput:
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every delivery report; raise what a failed delivery reported. Gives up
-        early, once every broker connection is down: nothing can be delivered then."""
-        deadline = time.monotonic() + timeout_s
+        early, once every broker connection is down: nothing can be delivered then; and at
+        once for a topic written to that does not exist (``on_missing``)."""
+        started = time.monotonic()
+        deadline, asked = started + timeout_s, False
         while True:
             remaining = self._p.flush(min(_FLUSH_SLICE_S, max(deadline - time.monotonic(), 0)))
             if not remaining:
                 break
             if self.connectivity.down_since is not None:
                 raise KafkaClientError(f"{remaining} records not delivered: every broker connection is down")
+            if not asked and time.monotonic() - started >= GONE_CHECK_S:
+                asked = True
+                self._refuse_gone()
             if time.monotonic() >= deadline:
                 raise KafkaClientError(f"{remaining} records not delivered within {timeout_s}s")
+        if self._gone:
+            self._refuse_gone()
         if self._delivery_error is not None:
             err, self._delivery_error = self._delivery_error, None
             raise KafkaException(err)
+
+    def _refuse_gone(self) -> None:
+        """Raise ``on_missing`` for the topics this producer wrote to that do not exist: those
+        a delivery report named, else those the cluster no longer lists."""
+        gone = sorted(self._gone) or absent_topics(self._p, self.produced)
+        if gone:
+            raise self.on_missing(gone)
 
     def take_changelog_ends(self) -> dict[TP, int]:
         """Next offset per changelog partition written since the last call."""
@@ -305,7 +362,12 @@ class KafkaOutput:
         self._p.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
 
     def commit(self, timeout_s: float) -> None:
-        self._p.commit_transaction(timeout_s)
+        try:
+            self._p.commit_transaction(timeout_s)
+        except KafkaException as exc:
+            if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].txn_requires_abort():
+                self._refuse_gone()  # records failed delivery (outputs have no report of their own): why?
+            raise
 
     def abort(self, timeout_s: float) -> None:
         self._delivery_error = None
@@ -327,6 +389,7 @@ class KafkaOutput:
             log.debug("purging the producer being replaced: %s", exc)
         del old  # librdkafka's destroy: no flush, no abort (the broker may be away)
         self._delivery_error = None
+        self._gone = set()
         self._changelog_ends = {}
         self.connectivity = Connectivity()
         self._full_conf["error_cb"] = self.connectivity.on_error

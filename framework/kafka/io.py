@@ -23,6 +23,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from framework.errors import KafkaClientError
+from framework.kafka.clients import GONE_CHECK_S, absent_topics, no_such_topics, unknown_topic
 from framework.kafka.logs import CLIENT_LOG
 
 __all__ = ["delete_topics", "produce_values", "read_committed"]
@@ -35,7 +36,8 @@ def produce_values(bootstrap: str, topic: str, records: Iterable[Record], *,
     """Produce ``(key, value)`` or ``(key, value, timestamp_ms)`` byte records to ``topic``
     (idempotent, ``acks=all``, partitioned by key as the Java client does) and wait until
     every one is acknowledged. Returns how many were produced; raises ``KafkaClientError``
-    if any delivery failed."""
+    if any delivery failed, and a ``RuntimeProblem`` naming the topic and the command that
+    creates it, within seconds, when ``topic`` does not exist."""
     errors: list[KafkaError] = []
 
     def on_delivery(err: KafkaError | None, _msg: Any) -> None:
@@ -61,10 +63,15 @@ def produce_values(bootstrap: str, topic: str, records: Iterable[Record], *,
         n += 1
         if n % 1000 == 0:
             producer.poll(0)
-    remaining = producer.flush(timeout_s)
+    remaining = producer.flush(min(GONE_CHECK_S, timeout_s))
+    if remaining and absent_topics(producer, [topic]):
+        raise no_such_topics([topic], bootstrap)
+    remaining = producer.flush(max(timeout_s - GONE_CHECK_S, 0))
     if remaining:
         raise KafkaClientError(
             f"{remaining} of {n} records to {topic!r} not delivered within {timeout_s}s")
+    if any(unknown_topic(err) for err in errors):
+        raise no_such_topics([topic], bootstrap)
     if errors:
         raise KafkaClientError(f"{len(errors)} of {n} records to {topic!r} failed: {_why(errors[0], topic, bootstrap)}")
     return n

@@ -9,7 +9,7 @@ from framework.operators.basic import user_error
 from framework.state.keys import keyed, state_prefix
 
 if TYPE_CHECKING:
-    from framework.engine.context import TaskContext
+    from framework.operators.context import TaskContext
     from framework.pipeline import steps as S
 
 _MISSING = object()

@@ -12,7 +12,7 @@ from framework.errors import ProcessingError, RecordError, SerializationError
 from framework.headers import ORIGIN
 
 if TYPE_CHECKING:
-    from framework.engine.context import TaskContext
+    from framework.operators.context import TaskContext
     from framework.pipeline import steps as S
 
 

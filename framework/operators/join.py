@@ -18,7 +18,7 @@ from framework.time.watermarks import checked
 from framework.windows.definitions import window_starts
 
 if TYPE_CHECKING:
-    from framework.engine.context import TaskContext
+    from framework.operators.context import TaskContext
     from framework.pipeline import steps as S
 
 _START = struct.Struct(">Q")

@@ -10,14 +10,14 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from framework.engine.context import record_headers
 from framework.operators.aggregate import require_key
 from framework.operators.basic import user_error
+from framework.records import record_headers
 from framework.state.views import KeyScope, ListState, MapState, ValueState
 from framework.time.timers import TimerService
 
 if TYPE_CHECKING:
-    from framework.engine.context import TaskContext
+    from framework.operators.context import TaskContext
     from framework.pipeline import steps as S
 
 

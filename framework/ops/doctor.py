@@ -37,6 +37,7 @@ from framework.errors import FrameworkError
 from framework.kafka import probe
 from framework.replay.submit import cache_dir
 from framework.serde.registry import SchemaRegistryClient
+from framework.state.directory import unwritable, writable_fix
 
 MIN_PYTHON = (3, 11)
 MIN_JAVA = 17
@@ -230,7 +231,11 @@ def check_spark() -> list[Check]:
 
 
 def check_disk(state_dir: Path) -> list[Check]:
-    """Free space on the file system that holds (or will hold) ``state_dir``."""
+    """``state_dir`` is writable by this user (created if missing, as a member creates it:
+    ``framework.state.directory``), and the free space on its file system."""
+    why = unwritable(state_dir)
+    if why is not None:
+        return [Check("disk", Status.FAIL, why, writable_fix(state_dir))]
     existing = state_dir.resolve()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from framework.engine.context import Headers
 from framework.engine.runner import TaskRunner
 from framework.errors import ConfigError, EnvironmentProblem, RuntimeProblem, StateError
 from framework.kafka.admin import admin_client, topic_ids
@@ -34,6 +33,7 @@ from framework.kafka.groups import end_offsets
 from framework.kafka.inspect import Cluster
 from framework.ops.entries import Entry, StoreLayout, is_timer_state, keyed_prefix, state_ids
 from framework.pipeline.definition import Pipeline
+from framework.records import Headers
 from framework.runtime.restore import Restorer
 from framework.state.base import META_END, partition_path
 from framework.state.keys import prefix_end

@@ -4,7 +4,8 @@ The broker's view comes from ``framework.ops.groups.describe_group`` (members, c
 hosts, assigned partitions, committed and end offsets, lag). Each member advertises its
 status endpoint in its consumer's ``client.id`` as ``<service>-<instance>@<host>:<port>``
 (docs/observability.md), ``<host>`` empty when it binds every interface: then the member's
-address as the broker reports it (``/10.0.0.5``) is used. Every member's ``/status`` is
+address as the broker reports it (``/10.0.0.5``) is used (``framework.observe.endpoint``
+reads both). Every member's ``/status`` is
 asked concurrently with a short timeout; a member whose endpoint does not answer keeps the
 broker's view and says why (``error``), never an exception.
 
@@ -14,15 +15,19 @@ plain values: ``framework.cli.status`` formats and prints them.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from framework.kafka.inspect import Member
+from framework.observe.endpoint import (
+    Advertised,
+    StatusUnavailable,
+    broker_host,
+    fetch_status,
+    parse_client_id,
+)
 from framework.ops.groups import GroupView, describe_group
 from framework.pipeline.definition import Pipeline
 
@@ -31,71 +36,6 @@ NOT_ANSWERING = "endpoint not answering"
 DEFAULT_TIMEOUT_S = 2.0
 
 Fetch = Callable[[str, float], Mapping[str, Any]]  # (endpoint, timeout_s) -> the /status document
-
-
-class StatusUnavailable(Exception):
-    """A member's ``/status`` could not be read; the message says why, in a few words."""
-
-
-@dataclass(frozen=True)
-class Advertised:
-    """What a member's ``client.id`` says: its instance and its endpoint (None when it
-    advertises none: the endpoint is disabled, or the member runs an older framework)."""
-
-    instance: str
-    endpoint: str | None
-
-
-def broker_host(host: str) -> str:
-    """A member's host as the broker reports it (librdkafka: ``/127.0.0.1``), without the slash."""
-    return host.strip().lstrip("/")
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def parse_client_id(client_id: str, service: str, host: str) -> Advertised:
-    """The instance and endpoint a member advertises: ``<service>-<instance>@<host>:<port>``,
-    ``host`` (the broker's view of the member) standing in for an empty ``<host>``."""
-    name, at, address = client_id.rpartition("@")
-    if not at:
-        return Advertised(client_id, None)
-    where, colon, port = address.rpartition(":")
-    if not colon or not port.isdigit():
-        return Advertised(name or client_id, None)
-    if name.startswith(f"{service}-") and len(name) > len(service) + 1:
-        instance = name[len(service) + 1:]
-    else:
-        instance = name.rpartition("-")[2] or name
-    where = where.strip("[]") or broker_host(host)
-    if not where:
-        return Advertised(instance, None)
-    return Advertised(instance, f"http://{_url_host(where)}:{int(port)}")
-
-
-def fetch_status(endpoint: str, timeout_s: float) -> Mapping[str, Any]:
-    """GET ``endpoint``/status; a ``StatusUnavailable`` for anything but a JSON object."""
-    try:
-        with urllib.request.urlopen(f"{endpoint.rstrip('/')}/status", timeout=timeout_s) as response:
-            body = response.read()
-    except urllib.error.HTTPError as exc:
-        raise StatusUnavailable(f"HTTP {exc.code} from /status") from None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        raise StatusUnavailable("timed out" if isinstance(reason, TimeoutError)
-                                else str(getattr(reason, "strerror", None) or reason)) from None
-    except TimeoutError:
-        raise StatusUnavailable("timed out") from None
-    except (OSError, ValueError) as exc:  # reset connections, malformed responses
-        raise StatusUnavailable(str(exc) or type(exc).__name__) from None
-    try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise StatusUnavailable("/status did not answer JSON") from None
-    if not isinstance(document, dict):
-        raise StatusUnavailable("/status did not answer a JSON object")
-    return document
 
 
 @dataclass(frozen=True)

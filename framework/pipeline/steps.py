@@ -2,7 +2,7 @@
 
 Steps are pure data: they know their name, their parents and their parameters, never how
 they run. ``framework.engine.compile`` maps each kind of step to its operator (the logic in
-``framework.operators`` and ``framework.windows.operators``), which the task calls as a
+``framework.operators``, windows in ``framework.operators.windows``), which the task calls as a
 ``push(key, value, timestamp)`` closure per record.
 """
 

@@ -113,11 +113,9 @@ def package(target: str, into: Path | None = None, root: Path | None = None) -> 
 
 def _package_files(target: str, root: Path) -> list[tuple[Path, str]]:
     """What ``package`` zips: ``(file, its name in the zip)``."""
-    import framework
-
     top = target.partition(":")[0].split(".")[0]
     spec = importlib.util.find_spec(top)
-    files = _tree(Path(framework.__file__).parent, "framework")
+    files = _tree(Path(__file__).resolve().parents[1], "framework")  # this package, not imported whole
     for name, origin in sorted(_project_modules(top).items()):
         files += _tree(origin.parent, name) if origin.name == "__init__.py" else [(origin, origin.name)]
     if spec is not None and spec.origin is not None and top != "framework":

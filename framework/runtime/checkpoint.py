@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from framework.engine.runner import TaskRunner
-from framework.errors import FatalKafkaError, FencedError
+from framework.errors import FatalKafkaError, FencedError, RuntimeProblem
 from framework.kafka.clients import TP, classify
 from framework.runtime.faults import crash_point
 
@@ -134,6 +134,8 @@ class Checkpointer:
             try:
                 fn()
                 return
+            except RuntimeProblem:
+                raise  # what the cluster lacks (a topic it writes to is gone): no retry or producer helps
             except Exception as exc:  # noqa: BLE001 - classified right here
                 verdict = classify(exc)
                 if verdict == "fatal":

@@ -19,7 +19,7 @@ from typing import Any
 from framework.errors import KafkaClientError, RuntimeProblem
 from framework.kafka.clients import TP, GroupConsumer
 from framework.kafka.groups import held_partitions, static_member
-from framework.ops.status import StatusUnavailable, fetch_status, parse_client_id
+from framework.observe.endpoint import StatusUnavailable, fetch_status, parse_client_id
 
 _HOLDER_TIMEOUT_S = 3.0  # how long the holder of a static instance id has to answer /status
 _SHOWN = 8  # partitions named in the message

@@ -46,7 +46,14 @@ from framework.runtime.membership import refuse_a_taken_instance_id, unheld_back
 from framework.runtime.outage import Recovery
 from framework.runtime.restore import Restorer
 from framework.runtime.standby import Standby
-from framework.runtime.topics import ensure_service_topics, output_limits, producer_max_bytes
+from framework.runtime.topics import (
+    ensure_service_topics,
+    output_limits,
+    producer_max_bytes,
+    service_grants,
+    topics_missing,
+)
+from framework.state.directory import ensure_writable
 from framework.state.rocksdb import RocksDBBackend
 
 log = logging.getLogger("framework.runtime")
@@ -100,6 +107,7 @@ class Service:
         """Process until ``request_stop`` (a signal) or ``until(self)`` is true; then take a
         final checkpoint and leave the group."""
         cfg, settings = self.config, self.config.kafka.client_settings()
+        ensure_writable(cfg.state.dir, self.pipeline.name)  # before starting, waiting for or joining anything
         client_id = self.client_id = self._start_endpoint()
         try:
             self._run(until, cfg, settings, client_id)
@@ -145,7 +153,7 @@ class Service:
         max_bytes = producer_max_bytes(cfg.kafka.producer)
         self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics,
                                                 max_message_bytes=max_bytes)
-        missing = missing_grants(settings, self.pipeline)
+        missing = missing_grants(settings, service_grants(self.pipeline))
         if missing:
             raise denied(settings, self.pipeline.name, missing)
         _warn_about_generated_names(self.pipeline)
@@ -155,6 +163,8 @@ class Service:
                                    "transaction.timeout.ms": cfg.kafka.transaction_timeout_ms}, txid)
         self.output.limit_timestamps({topic: (limits.before_ms, limits.after_ms) for topic, limits
                                       in output_limits(self.pipeline, settings, max_bytes).items()})
+        self.output.on_missing = lambda names: topics_missing(self.pipeline, names, self.partitions,
+                                                              settings["bootstrap.servers"], running=True)
         self.consumer = GroupConsumer({**settings, **cfg.kafka.consumer}, self.pipeline.name, client_id=client_id,
                                       instance_id=self.static_id,
                                       leave_on_close=cfg.processing.leave_group_on_shutdown,
@@ -453,7 +463,7 @@ def _counters(metrics: dict[str, int]) -> str:
 
 def _missing_grants(settings: dict[str, str], pipeline: Pipeline) -> list[Grant]:
     try:
-        return missing_grants(settings, pipeline, timeout_s=10.0)
+        return missing_grants(settings, service_grants(pipeline), timeout_s=10.0)
     except Exception as exc:
         if client_failure(exc) is None:
             raise

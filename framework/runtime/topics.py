@@ -1,4 +1,5 @@
-"""The topics a service needs, created with the right partition counts and configs."""
+"""The topics a service needs, created with the right partition counts and configs, and the
+permissions it needs on them (``service_grants``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from framework.errors import PipelineError, RuntimeProblem
+from framework.kafka.acl import Grant
 from framework.kafka.admin import (
     TopicLimits,
     TopicSpec,
@@ -37,15 +39,6 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
     """
     admin = admin_client(settings)
     sources = [s.topic for s in pipeline.sources()]
-    if not create:
-        named = sorted({t.name for t in [*sources, *pipeline.sink_topics()]})
-        present = topic_partitions(admin, named)
-        absent = [n for n in named if n not in present]
-        if absent:
-            raise RuntimeProblem(
-                f"service {pipeline.name!r} needs topics that do not exist on {settings.get('bootstrap.servers')}: "
-                f"{', '.join(absent)}, and kafka.create_topics is false. Fix: create them (fw topics create NAME "
-                "--partitions N, the sources with the same count) or set FW_KAFKA__CREATE_TOPICS=true")
     existing = topic_partitions(admin, [t.name for t in sources])
     counts = {t.name: existing.get(t.name) or t.partitions or pipeline.default_partitions for t in sources}
     if len(set(counts.values())) > 1:
@@ -55,6 +48,12 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
             "with the same partition count."
         )
     n = next(iter(counts.values()))
+    if not create:
+        named = list(user_topics(pipeline, n))
+        present = topic_partitions(admin, named)
+        absent = [name for name in named if name not in present]
+        if absent:
+            raise topics_missing(pipeline, absent, n, settings.get("bootstrap.servers", "?"), running=False)
     limit = size_config(max_message_bytes)
     specs = [TopicSpec(t.name, counts[t.name], dict(t.config)) for t in sources]
     written = [TopicSpec(name, n, limit) for name in pipeline.input_topics() if name not in counts]
@@ -67,6 +66,59 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
                 if t.name not in counts]
     ensure_topics(admin, specs + written, who=principal(settings))
     return n
+
+
+def service_grants(pipeline: Pipeline) -> list[Grant]:
+    """Every grant a member of ``pipeline`` needs, as Kafka Streams' docs list them for an
+    application (Read and Write imply Describe): read its sources, read and write its own
+    repartition and changelog topics, write its sinks and dead letters, create the topics it
+    creates when they are missing, join its consumer group (and the restore reader's, which
+    shares the prefix) and own its transactional ids (``<service>-<instance>``)."""
+    grants: set[Grant] = set()
+    own = {*pipeline.input_topics(), *(pipeline.changelog_topic(s) for s in pipeline.store_names())}
+    sources = {s.topic.name for s in pipeline.sources()}
+    sinks = {t.name for t in pipeline.sink_topics()} | {pipeline.dead_letter.name}
+    for name in sources | own:
+        grants.add(Grant("topic", name, "read"))
+    for name in (own - sources) | sinks:
+        grants.add(Grant("topic", name, "write"))
+    for name in sources | own | sinks:  # created by the service when missing
+        grants.add(Grant("topic", name, "create"))
+    grants.add(Grant("group", pipeline.name, "read", prefixed=True))  # the group, and <name>-restore
+    grants.add(Grant("transactional-id", f"{pipeline.name}-", "write", prefixed=True))
+    return sorted(grants)
+
+
+
+def user_topics(pipeline: Pipeline, n: int) -> dict[str, int]:
+    """The topics of ``pipeline`` its user owns (sources, sinks, late topics), sorted, with the
+    partition count each is created with: the sources' ``n``, a sink's own or ``n``."""
+    sources = {s.topic.name: n for s in pipeline.sources()}
+    sinks = {t.name: t.partitions or n for t in pipeline.sink_topics() if t.name not in sources}
+    return dict(sorted({**sources, **sinks}.items()))
+
+
+def topics_missing(pipeline: Pipeline, absent: Iterable[str], n: int, where: str, *, running: bool) -> RuntimeProblem:
+    """The one line for topics of the service that do not exist: at start, with
+    ``kafka.create_topics`` false, or found gone while it runs (``KafkaOutput.on_missing``). A
+    topic its user owns is named with the command that creates it; the service creates its
+    own (repartition topics, changelogs, dead letters) whenever it starts."""
+    absent = sorted(absent)
+    owned = user_topics(pipeline, n)
+    mine = [name for name in absent if name in owned]
+    create = (f"create {'it' if len(mine) == 1 else 'them'} ("
+              + "; ".join(f"fw topics create {name} --partitions {owned[name]}" for name in mine) + ")")
+    one, listed = len(absent) == 1, ", ".join(absent)
+    if not running:
+        return RuntimeProblem(
+            f"service {pipeline.name!r} needs {'a topic that does' if one else 'topics that do'} not exist on "
+            f"{where}: {listed}, and kafka.create_topics is false. Fix: {create} or set FW_KAFKA__CREATE_TOPICS=true")
+    again = "start the service again" + ("" if len(mine) == len(absent) else
+                                         " (it creates its own topics when it starts)")
+    return RuntimeProblem(
+        f"service {pipeline.name!r} writes to {'a topic that no longer exists' if one else 'topics that no longer exist'}"
+        f" on {where}: {listed}; what it writes there cannot be delivered. Fix: {f'{create}, then ' if mine else ''}"
+        f"{again}")
 
 
 def output_limits(pipeline: Pipeline, settings: Mapping[str, Any],

@@ -30,7 +30,10 @@ class StringSerde:
     def serialize(self, obj: Any) -> bytes:
         # str.encode as an unbound call raises TypeError for non-str (bytes, int, ...),
         # instead of silently accepting objects that merely have an ``encode`` method.
-        return str.encode(obj, self.encoding)
+        try:
+            return str.encode(obj, self.encoding)
+        except TypeError:
+            raise TypeError(f"StringSerde serializes str, not {type(obj).__name__}") from None
 
     def deserialize(self, data: bytes) -> str:
         return str(data, self.encoding)

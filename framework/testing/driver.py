@@ -17,9 +17,9 @@ import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
-from framework.engine.context import Headers
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.engine.runner import ChangelogInfo, TaskRunner
@@ -27,8 +27,10 @@ from framework.engine.task import Task
 from framework.errors import PipelineError
 from framework.headers import VALUE_ENCODING, dead_letter_value
 from framework.pipeline.definition import Pipeline, Topic
+from framework.records import Headers
 from framework.state.keys import keyed, state_prefix
 from framework.state.memory import MemoryBackend
+from framework.testing.piped import epoch_ms, raw, serialized
 from framework.time.clock import WATERMARK_HEADER
 from framework.time.timers import list_timers
 
@@ -185,33 +187,47 @@ class TestDriver:
         names = [s.topic.name for s in self.pipeline.sources()]
         raise PipelineError(f"{topic!r} is not a source of pipeline {self.pipeline.name!r}; sources: {names}")
 
-    def pipe(self, topic: str, value: Any, *, key: Any = None, timestamp: int = 0,
+    def pipe(self, topic: str, value: Any, *, key: Any = None, timestamp: int | datetime = 0,
              headers: Headers = None, partition: int | None = None) -> None:
-        """Produce one record to a source topic (with its serdes) and process it."""
-        t = self._source(topic)
-        kb = None if key is None else t.key_serde.bind(topic, True).serialize(key)
-        vb = None if value is None else t.value_serde.bind(topic, False).serialize(value)
-        self.pipe_raw(topic, vb, key=kb, timestamp=timestamp, headers=headers, partition=partition)
+        """Produce one record to a source topic (with its serdes) and process it. ``timestamp``:
+        milliseconds since the epoch, or a ``datetime`` (a naive one is UTC). A key or value its
+        serde refuses, or another kind of timestamp, is a ``UsageError`` naming them."""
+        self._pipe("pipe", topic, value, key, timestamp, headers, partition)
 
-    def pipe_raw(self, topic: str, value: bytes | None, *, key: bytes | None = None, timestamp: int = 0,
-                 headers: Headers = None, partition: int | None = None) -> None:
-        """Produce one record of raw bytes (e.g. malformed input) to a source topic and process it."""
-        self._source(topic)
-        self.append(topic, value, key=key, timestamp=timestamp, headers=headers, partition=partition)
+    def _pipe(self, call: str, topic: str, value: Any, key: Any, timestamp: int | datetime, headers: Headers,
+              partition: int | None) -> None:
+        t = self._source(topic)
+        ts = epoch_ms(call, topic, timestamp)
+        kb = None if key is None else serialized(call, topic, "key", key, t.key_serde.bind(topic, True))
+        vb = None if value is None else serialized(call, topic, "value", value, t.value_serde.bind(topic, False))
+        self._append(call, topic, vb, kb, ts, headers, partition)
         self.run()
 
-    def append(self, topic: str, value: bytes | None, *, key: bytes | None = None, timestamp: int = 0,
+    def pipe_raw(self, topic: str, value: bytes | None, *, key: bytes | None = None, timestamp: int | datetime = 0,
+                 headers: Headers = None, partition: int | None = None) -> None:
+        """Produce one record of raw bytes (e.g. malformed input) to a source topic and process
+        it; a key or value that is not bytes (or None) is a ``UsageError``."""
+        self._source(topic)
+        self._append("pipe_raw", topic, value, key, timestamp, headers, partition)
+        self.run()
+
+    def append(self, topic: str, value: bytes | None, *, key: bytes | None = None, timestamp: int | datetime = 0,
                headers: Headers = None, partition: int | None = None) -> None:
         """Append raw bytes to any topic (a source, a repartition or changelog topic) without
         processing: what another producer could write there."""
+        self._append("append", topic, value, key, timestamp, headers, partition)
+
+    def _append(self, call: str, topic: str, value: Any, key: Any, timestamp: int | datetime, headers: Headers,
+                partition: int | None) -> None:
+        value, key, ts = raw(call, topic, "value", value), raw(call, topic, "key", key), epoch_ms(call, topic, timestamp)
         if partition is None:
             partition = partition_for(key, self.partitions) if key is not None else 0
-        self.topics.append(topic, partition, key, value, timestamp, headers)
+        self.topics.append(topic, partition, key, value, ts, headers)
 
-    def pipe_many(self, topic: str, records: Iterable[tuple[Any, Any, int]]) -> None:
+    def pipe_many(self, topic: str, records: Iterable[tuple[Any, Any, int | datetime]]) -> None:
         """Pipe ``(key, value, timestamp)`` records in order."""
         for key, value, ts in records:
-            self.pipe(topic, value, key=key, timestamp=ts)
+            self._pipe("pipe_many", topic, value, key, ts, None, None)
 
     # -- processing ----------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Windows: definitions (what users write) and their operators (the logic per task)."""
+"""Windows: their definitions, what users write (the logic per task is an operator:
+``framework.operators.windows``)."""
 
 from framework.windows.definitions import (
     CountTrigger,

@@ -292,7 +292,7 @@ def read_all(bootstrap: str, topics: list[str]) -> dict[str, list[Stored]]:
                 at_end.add((msg.topic(), msg.partition()))
                 continue
             at_end.discard((msg.topic(), msg.partition()))
-            try:  # through methodcaller: see framework.engine.context.record_headers
+            try:  # through methodcaller: see framework.records.record_headers
                 headers: list[tuple[str, bytes | None]] | None = list(_read_headers(msg) or ())
             except SystemError:  # a header name that is not UTF-8
                 headers = None

@@ -22,7 +22,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from framework.broker.local import LocalBroker, free_port_pair
-from framework.kafka.acl import Grant, grant, service_grants, upsert_scram_user
+from framework.kafka.acl import Grant, grant, upsert_scram_user
+from framework.runtime.topics import service_grants
 from tests.integration.harness import ServiceProcess, service_env, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,6 +4,8 @@ the report's lines, the exit status, and the runner's time limits (the checks ar
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
 import threading
 from pathlib import Path
@@ -44,6 +46,24 @@ def test_the_disk_line_names_the_state_dir_and_the_fix(tmp_path: Path, monkeypat
     assert check.status is D.Status.WARN
     assert "300 MiB free under" in check.detail and str(tmp_path / "not") in check.detail
     assert check.fix is not None and "FW_STATE_DIR" in check.fix
+
+
+def test_a_state_dir_that_cannot_be_created_fails_the_disk_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("in the way")
+    [check] = D.check_disk(tmp_path / "file" / "state")
+    uid = os.geteuid()
+    name = pwd.getpwuid(uid).pw_name
+    assert check == D.Check(
+        "disk", D.Status.FAIL, f"the state directory {tmp_path}/file/state (state.dir) is not writable by user "
+        f"{name} (uid {uid}): cannot create {tmp_path}/file/state: Not a directory",
+        f"let {name} write there (e.g. chown -R {name} {tmp_path}/file/state), or set FW_STATE__DIR (state.dir in "
+        "the configuration file) to a directory it may write")
+
+
+def test_the_disk_check_creates_the_state_dir_as_a_member_would_and_leaves_it_empty(tmp_path: Path) -> None:
+    [check] = D.check_disk(tmp_path / "new" / "state")
+    assert check.name == "disk" and check.status is not D.Status.FAIL
+    assert list((tmp_path / "new" / "state").iterdir()) == []
 
 
 @pytest.mark.parametrize(("skew_ms", "status"), [

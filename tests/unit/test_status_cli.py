@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from typing import Any, Self
 
@@ -179,7 +180,7 @@ def test_fetch_status_says_why_an_endpoint_does_not_answer(monkeypatch: pytest.M
         assert url == "http://127.0.0.1:1/status" and timeout == 0.5
         raise raised
 
-    monkeypatch.setattr(S.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
     with pytest.raises(S.StatusUnavailable, match=said):
         S.fetch_status("http://127.0.0.1:1", 0.5)
 
@@ -199,10 +200,10 @@ def test_fetch_status_wants_a_json_object(monkeypatch: pytest.MonkeyPatch) -> No
             return self.body
 
     for body, said in [(b"<html>", "did not answer JSON"), (b"[1]", "not answer a JSON object")]:
-        monkeypatch.setattr(S.urllib.request, "urlopen", lambda url, timeout, b=body: Response(b))
+        monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout, b=body: Response(b))
         with pytest.raises(S.StatusUnavailable, match=said):
             S.fetch_status("http://h:1", 1.0)
-    monkeypatch.setattr(S.urllib.request, "urlopen", lambda url, timeout: Response(b'{"members": []}'))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Response(b'{"members": []}'))
     assert S.fetch_status("http://h:1/", 1.0) == {"members": []}
 
 

@@ -33,7 +33,7 @@ from framework.windows.definitions import (
 )
 
 if TYPE_CHECKING:
-    from framework.engine.context import TaskContext
+    from framework.operators.context import TaskContext
     from framework.pipeline import steps as S
 
 FIRE, CLEAN = 0, 1

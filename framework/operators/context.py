@@ -1,0 +1,67 @@
+"""What an operator may use of its task: its stores, clock, output and the record in hand.
+
+The engine builds each task's context (``framework.engine.context.TaskContext``) and hands it
+to the operators it compiles; this protocol is that context as the operators see it. It lives
+here, in the operator layer, so that the operators do not import the engine that compiles and
+drives them (docs/architecture.md, "Layers"); mypy checks that the engine's class has it all
+wherever the compile step passes one (``framework.engine.compile``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from framework.records import InputRecord, Output
+from framework.serde.values import ValueCodec
+from framework.state.cache import CachedPartition
+from framework.time.clock import Clock
+
+__all__ = ["TaskContext"]
+
+
+class TaskContext(Protocol):
+    """One task's context, as its operators use it."""
+
+    pipeline: Any  # the pipeline definition (framework.pipeline.definition.Pipeline)
+    partition: int
+    output: Output
+    codec: ValueCodec  # the pipeline's value encoding (its registered types)
+    current: InputRecord | None  # the record being processed, None between records
+
+    def store(self, name: str) -> CachedPartition:
+        """The store of step ``name``, for this task's partition."""
+        ...
+
+    def sender(self, topic: str) -> tuple[Callable[..., None], str]:
+        """How a step sends its records to ``topic``: the call, and the topic name it passes."""
+        ...
+
+    def now_ms(self) -> int:
+        """The task's wall clock, in ms since the epoch."""
+        ...
+
+    def clock_for(self, step: str) -> Clock:
+        """The clock (watermark) of ``step``."""
+        ...
+
+    def on_watermark(self, step: str, fn: Callable[[int], None]) -> None:
+        """Call ``fn(watermark)`` whenever ``step``'s watermark advances."""
+        ...
+
+    def on_processing_time(self, step: str, fn: Callable[[int], None]) -> None:
+        """Call ``fn(now_ms)`` on every wall-clock tick of the task."""
+        ...
+
+    def late_output(self, step: Any) -> Callable[[Any, Any, int], None]:
+        """Where ``step``'s late records go."""
+        ...
+
+    def timer_failed(self, step: str, ts: int, key: bytes, exc: BaseException) -> None:
+        """User code raised while a timer of ``step`` fired."""
+        ...
+
+    def origin(self) -> bytes | None:
+        """The input record the record in hand was made from, ``topic[partition]@offset``
+        (what ``key_by`` writes in the ``fw.origin`` header)."""
+        ...
