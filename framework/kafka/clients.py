@@ -226,7 +226,8 @@ class KafkaOutput:
         # A record the broker would refuse fails the transaction's commit, and every retry of
         # the interval the same way: it is refused here instead, as that record's error.
         part = _ANY_PARTITION if partition is None else partition
-        hdrs = list(headers) if headers else None
+        # a list goes as it is (key_by's fw.origin: one per repartitioned record), other sequences copied
+        hdrs = (headers if type(headers) is list else list(headers)) if headers else None
         accepted = self._accepted.get(topic)
         if accepted is not None and timestamp and not accepted[0] <= timestamp <= accepted[1]:
             self._check_time(topic, timestamp)
