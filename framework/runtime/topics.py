@@ -115,10 +115,10 @@ def topics_missing(pipeline: Pipeline, absent: Iterable[str], n: int, where: str
             f"{where}: {listed}, and kafka.create_topics is false. Fix: {create} or set FW_KAFKA__CREATE_TOPICS=true")
     again = "start the service again" + ("" if len(mine) == len(absent) else
                                          " (it creates its own topics when it starts)")
+    gone = "a topic that no longer exists" if one else "topics that no longer exist"
     return RuntimeProblem(
-        f"service {pipeline.name!r} writes to {'a topic that no longer exists' if one else 'topics that no longer exist'}"
-        f" on {where}: {listed}; what it writes there cannot be delivered. Fix: {f'{create}, then ' if mine else ''}"
-        f"{again}")
+        f"service {pipeline.name!r} writes to {gone} on {where}: {listed}; what it writes there cannot be delivered. "
+        f"Fix: {f'{create}, then ' if mine else ''}{again}")
 
 
 def output_limits(pipeline: Pipeline, settings: Mapping[str, Any],

@@ -219,7 +219,8 @@ class TestDriver:
 
     def _append(self, call: str, topic: str, value: Any, key: Any, timestamp: int | datetime, headers: Headers,
                 partition: int | None) -> None:
-        value, key, ts = raw(call, topic, "value", value), raw(call, topic, "key", key), epoch_ms(call, topic, timestamp)
+        value, key = raw(call, topic, "value", value), raw(call, topic, "key", key)
+        ts = epoch_ms(call, topic, timestamp)
         if partition is None:
             partition = partition_for(key, self.partitions) if key is not None else 0
         self.topics.append(topic, partition, key, value, ts, headers)
