@@ -73,15 +73,8 @@ def produce_values(bootstrap: str, topic: str, records: Iterable[Record], *,
     if any(unknown_topic(err) for err in errors):
         raise no_such_topics([topic], bootstrap)
     if errors:
-        raise KafkaClientError(f"{len(errors)} of {n} records to {topic!r} failed: {_why(errors[0], topic, bootstrap)}")
+        raise KafkaClientError(f"{len(errors)} of {n} records to {topic!r} failed: {errors[0]}")
     return n
-
-
-def _why(err: KafkaError, topic: str, bootstrap: str) -> str:
-    if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-        return (f"{err.str()}: {bootstrap} has no topic {topic!r}. Fix: start the service that reads it "
-                "(fw run creates its topics) or create it (fw topics create)")
-    return err.str()
 
 
 def read_committed(
