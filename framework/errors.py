@@ -101,8 +101,13 @@ class RecordCoordinates:
     def described(self) -> str:
         """The record for people: its origin first when it crossed a repartition topic
         (``orders[0]@42 (through shop-by-user-repartition[1]@7)``), else ``topic[partition]@offset``."""
-        here = str(self)
-        return here if self.origin is None or self.origin == here else f"{self.origin} (through {here})"
+        return described(str(self), self.origin)
+
+
+def described(here: str, origin: str | None) -> str:
+    """A record named for people (``RecordCoordinates.described``) from its coordinates and
+    its origin's, as text: what error lines and dead letters' ``fw.error.message`` start with."""
+    return here if origin is None or origin == here else f"{origin} (through {here})"
 
 
 class RecordError(FrameworkError):

@@ -113,16 +113,21 @@ class TaskContext:
             return None
         topic = msg.topic()
         if topic in self.carried:
-            for name, value in record_headers(msg) or ():
-                if name == ORIGIN:
-                    return value
-            return None
+            return _carried_origin(msg)
         return f"{topic}[{msg.partition()}]@{msg.offset()}".encode()
 
     def coordinates(self) -> RecordCoordinates | None:
         msg = self.current
         if msg is None:
             return None
-        origin = self.origin() if msg.topic() in self.carried else None
+        origin = _carried_origin(msg) if msg.topic() in self.carried else None
         return RecordCoordinates(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.timestamp()[1],
                                  None if origin is None else origin.decode("utf-8", "replace"))
+
+
+def _carried_origin(msg: InputRecord) -> bytes | None:
+    """The ``fw.origin`` header of a repartition record (None when it carries none)."""
+    for name, value in record_headers(msg) or ():
+        if name == ORIGIN:
+            return value
+    return None

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from framework.errors import ConfigError, RecordCoordinates
+from framework.errors import ConfigError, RecordCoordinates, described
 from framework.headers import VALUE_ENCODING, dead_letter_value
 from framework.kafka.inspect import Cluster, ReadRecord, TopicReader, close_matches
 from framework.kafka.offsets import resolve_positions
@@ -169,7 +169,7 @@ class DeadLetter:
     encoding: str
 
     def described(self) -> str:
-        where = self.origin if self.through is None else f"{self.origin} (through {self.through})"
+        where = described(self.through or self.origin, self.origin)
         return f"{where} in step {self.step!r}: {self.error}" if self.step else f"{where}: {self.error}"
 
 
@@ -191,12 +191,7 @@ def dead_letter_of(headers: Mapping[str, bytes | None]) -> DeadLetter | None:
         timer = text("fw.timer.timestamp")
         first = f"timer at {timer}" if timer is not None else "no source record"
     step = text("fw.step") or ""
-    error = message
-    through = f"{first} (through {here})" if here is not None and here != first else None
-    for prefix in (through, here, first, "<no source record>"):
-        if prefix and error.startswith(prefix):
-            error = error[len(prefix):]
-            break
+    error = message.removeprefix(described(here, first) if here is not None else "<no source record>")
     if step and error.startswith(f" in step {step!r}"):
         error = error[len(f" in step {step!r}"):]
     error = error.removeprefix(": ").split(" Fix: ")[0]
