@@ -15,9 +15,11 @@ import click
 from framework.config import Config, is_secret
 from framework.errors import ConfigError
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
+from framework.kafka.groups import held_records
 from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
 from framework.pipeline.loading import load_pipeline
+from framework.replay import ledger
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
 from framework.replay.submit import (cache_dir, class_archive, command, connector_jars, environment, package,
                                      remove_unused)
@@ -95,16 +97,33 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
 @click.option("--reader", type=click.Choice(["spark", "librdkafka"]), default="spark", show_default=True,
               help="How the topics are read: Spark's Kafka source, or each Spark task reads its partitions "
                    "with the framework's own Kafka client (librdkafka; less CPU, docs/replay.md).")
+@click.option("--again", is_flag=True,
+              help="Write a backfill that completed before once more, into topics or a path that hold nothing yet.")
+@click.option("--clean", is_flag=True,
+              help="Forget every backfill of the service: delete its ledger topic and its replays' marker groups "
+                   "(a backfill run afterwards writes everything again).")
 @_spark_options
 def replay(target: str, start: str, end: str, archive: str | None, output: str, output_suffix: str, bootstrap: bool,
            commit_every: int, commit_interval: float, batch_size: int, allow_nondeterministic: bool, reader: str,
-           master: str, confs: tuple[str, ...], dry_run: bool, config_file: str | None) -> None:
+           again: bool, clean: bool, master: str, confs: tuple[str, ...], dry_run: bool,
+           config_file: str | None) -> None:
     """Run the pipeline TARGET (module:pipeline) over history on Spark, as the live service
-    would: backfill its outputs, and/or bootstrap its state for the live service."""
+    would: backfill its outputs, and/or bootstrap its state for the live service. A backfill
+    (--output topic or parquet:PATH) is exactly once across runs: run again, it continues
+    what a failed run committed, or writes nothing when it completed (docs/replay.md)."""
     pipeline = load_pipeline(target)
     config = Config.load(Path(config_file) if config_file else None)
+    if clean:
+        removed = ledger.clean(config.kafka.client_settings(), pipeline.name)
+        click.echo("\n".join(f"removed {r}" for r in removed) or f"nothing to remove for {pipeline.name}")
+        return
     if output != "none" and output != "topic" and not output.startswith("parquet:"):
         raise click.BadParameter(f"{output!r}: use topic, parquet:PATH or none", param_hint="--output")
+    if output.startswith("parquet:") and "://" not in output:
+        output = f"parquet:{Path(output.removeprefix('parquet:')).resolve()}"
+    if again and output == "none":
+        raise click.BadParameter("--again writes a backfill again: give --output topic or parquet:PATH",
+                                 param_hint="--again")
     if archive and reader != "spark":
         raise click.BadParameter("an archive is read by Spark: leave --reader out with --archive",
                                  param_hint="--reader")
@@ -132,20 +151,65 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
         admin = admin_client(settings)
         counts = topic_partitions(admin, output_topics(pipeline))
         ensure_topics(admin, [TopicSpec(f"{t}{output_suffix}", n, size_config(max_bytes)) for t, n in counts.items()])
-    written = [f"{t}{output_suffix}" for t in output_topics(pipeline)] if output == "topic" else []
-    written += [pipeline.changelog_topic(s) for s in pipeline.store_names()] if bootstrap else []
+    outputs = [f"{t}{output_suffix}" for t in output_topics(pipeline)] if output == "topic" else []
+    written = outputs + ([pipeline.changelog_topic(s) for s in pipeline.store_names()] if bootstrap else [])
     limits = {t: [lim.before_ms, lim.after_ms] for t, lim in written_limits(written, settings, max_bytes).items()
               if (lim.before_ms, lim.after_ms) != (None, None)}
+    archive = str(Path(archive).resolve()) if archive else None
+    backfill = None
+    if output != "none":  # a backfill: the ledger decides what it writes
+        destination = outputs or [output]
+        definition = definition_of(pipeline)
+        backfill = _backfill(settings, pipeline.name, ledger.Backfill(
+            id=ledger.backfill_id(definition, ranges, archive, destination, partitions, bootstrap), target=target,
+            pipeline=ledger.pipeline_hash(definition), destination=destination, ranges=ranges, asked=[start, end],
+            archive=archive, started=ledger.now_text()), again=again, dry_run=dry_run)
+        if backfill is None:
+            return
+        ranges = backfill.ranges
     plan = ReplayPlan(target=target, service=pipeline.name, run_id=uuid.uuid4().hex[:10],
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=partitions, ranges=ranges,
                       stages=stage_topics(pipeline), output=output, output_suffix=output_suffix, bootstrap=bootstrap,
-                      archive=str(Path(archive).resolve()) if archive else None,
-                      allow_nondeterministic=allow_nondeterministic, commit_every=commit_every,
+                      archive=archive, allow_nondeterministic=allow_nondeterministic, commit_every=commit_every,
                       commit_interval_s=commit_interval, batch_size=batch_size,
                       changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()],
                       definition=definition_of(pipeline), reader=reader, limits=limits,
-                      producer={k: v for k, v in config.kafka.producer.items() if not is_secret(k)})
+                      producer={k: v for k, v in config.kafka.producer.items() if not is_secret(k)},
+                      backfill=backfill.to_dict() if backfill else None)
     _run(plan, target, "replay", master, confs, dry_run, config_file)
+
+
+def _backfill(settings: dict[str, str], service: str, mine: ledger.Backfill, *, again: bool,
+              dry_run: bool) -> ledger.Backfill | None:
+    """What the ledger says of backfill ``mine``: the backfill to run (``mine``, or the
+    failed run it continues, recorded as running), or None when it completed before (said)."""
+    if dry_run:  # nothing on the cluster changes: the printed command, run, records itself when it ends
+        return mine
+    fresh = again and _holds_nothing(settings, mine.destination)
+    decision = ledger.decide(ledger.read_ledger(settings, service), mine, again=again, fresh=fresh)
+    found = decision.backfill
+    if decision.action == "done":
+        click.echo(f"[replay] backfill {found.id} ({found.range_text()} to {found.where()}) completed at "
+                   f"{found.completed}: nothing written. To write it again: --again, into new topics "
+                   "(--output-suffix) or a new path")
+        return None
+    ledger.forget(settings, service, decision.forget)
+    if decision.action == "continue":
+        click.echo(f"[replay] backfill {found.id} started at {found.started} did not complete: each task continues "
+                   f"from what it committed ({found.range_text()} to {found.where()})")
+    else:
+        ledger.record(settings, service, found)
+        click.echo(f"[replay] backfill {found.id}: {found.range_text()} to {found.where()}")
+    return found
+
+
+def _holds_nothing(settings: dict[str, str], destination: list[str]) -> bool:
+    """Whether a backfill's destination is new: its topics hold no records, its path (a local
+    one) has no files. A path another filesystem serves (``scheme://``) is taken as new."""
+    paths = [d.removeprefix("parquet:") for d in destination if d.startswith("parquet:")]
+    if paths:
+        return all("://" in p or not Path(p).exists() or not any(Path(p).rglob("*.parquet")) for p in paths)
+    return not any(held_records(settings, destination).values())
 
 
 @click.command()

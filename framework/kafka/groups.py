@@ -120,6 +120,23 @@ def end_offsets(settings: Mapping[str, Any], topics: Iterable[str], timeout_s: f
         consumer.close()
 
 
+def held_records(settings: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 30.0) -> dict[str, int]:
+    """How many records each of ``topics`` holds (its partitions' ends less their starts;
+    records of aborted transactions count): 0 for a topic that does not exist."""
+    consumer = Consumer({"logger": CLIENT_LOG, **settings, "group.id": "fw-ends", "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(timeout=timeout_s)
+        out = {}
+        for topic in topics:
+            info = md.topics.get(topic)
+            parts = info.partitions if info is not None and info.error is None else {}
+            marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in parts]
+            out[topic] = sum(high - low for low, high in marks)
+        return out
+    finally:
+        consumer.close()
+
+
 def recreate_topics(settings: Mapping[str, Any], topics: Mapping[str, tuple[int, Mapping[str, str]]],
                     timeout_s: float = 60.0) -> None:
     """Delete ``topics`` (name -> partitions, config) if they exist and create them anew: each

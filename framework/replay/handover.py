@@ -39,5 +39,6 @@ def commit_handover(settings: Mapping[str, Any], plan: ReplayPlan) -> dict[tuple
     internal = [t for stage in plan.stages[1:] for t in stage]
     offsets.update(end_offsets(settings, internal))
     commit_offsets(settings, plan.service, offsets)
-    delete_group(settings, f"{plan.service}-replay-{plan.run_id}")  # the writers' progress markers
+    if not plan.backfill:  # a backfill's markers go when the ledger records it complete
+        delete_group(settings, plan.marker_group)  # the writers' progress markers
     return offsets

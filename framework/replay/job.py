@@ -174,7 +174,7 @@ def _read_ranges(tasks: Iterator[tuple[int, str]], plan: ReplayPlan, report: _Re
     from framework.replay.stage import merge_streams
 
     settings = _kafka_settings(plan)
-    group = f"{plan.service}-replay-{plan.run_id}"
+    group = plan.marker_group  # assigned, never joined: nothing is committed by a reader
     for pid, ranges in tasks:
         streams = {topic: read_range(settings, group, topic, pid, start, end, batch=plan.batch_size)
                    for topic, (start, end) in json.loads(ranges).items()}
@@ -232,7 +232,7 @@ def _run_tasks(plan: ReplayPlan, pipeline: Any, stage: int,
     """Each task's rows, the tasks one after the other (``chunks`` come sorted by task)."""
     for pid, group in itertools.groupby(chunks, key=lambda chunk: chunk[0]):
         task = StageTask(pipeline, plan, stage, pid, _writer(plan, stage, pid), plan.output.startswith("parquet"),
-                         _injected_fault(stage, pid))
+                         _injected_fault(stage, pid), _injected_fault(stage, pid, "FW_REPLAY_HOLD"))
         try:
             yield from task.run(chunk for _, chunk in group)
         finally:
@@ -276,11 +276,12 @@ def counters_function(plan_json: str, progress: tuple[str, int] | None = None) -
     return run
 
 
-def _injected_fault(stage: int, pid: int) -> int | None:
+def _injected_fault(stage: int, pid: int, name: str = "FW_REPLAY_FAULT") -> int | None:
     """``FW_REPLAY_FAULT=<stage>:<task>:<outputs>[,...]``, for tests: the first attempt of
     that task fails after writing that many outputs (with ``local[N,F]`` or
-    spark.task.maxFailures > 1, Spark runs it again)."""
-    spec = os.environ.get("FW_REPLAY_FAULT", "")
+    spark.task.maxFailures > 1, Spark runs it again). ``FW_REPLAY_HOLD``, the same form: the
+    task stops there, once those outputs are committed, until the job is killed."""
+    spec = os.environ.get(name, "")
     if not spec:
         return None
     from pyspark import TaskContext
@@ -300,8 +301,8 @@ def _writer(plan: ReplayPlan, stage: int, pid: int) -> Any:
         return None
     from framework.kafka.writer import ResumableWriter
 
-    return ResumableWriter(_kafka_settings(plan), f"{plan.service}-replay-{plan.run_id}-{stage}-{pid}",
-                           f"{plan.service}-replay-{plan.run_id}", (plan.stages[stage][0], pid),
+    return ResumableWriter(_kafka_settings(plan), f"{plan.marker_group}-{stage}-{pid}",
+                           plan.marker_group, (plan.stages[stage][0], pid),
                            producer=plan.producer, limits={t: (b, a) for t, (b, a) in plan.limits.items()})
 
 
@@ -467,8 +468,80 @@ def run_stage(sc: SparkContext, plan: ReplayPlan, stage: int, frame: DataFrame |
         outputs = result.where(F.col("kind") == "out").select(
             "topic", "partition", "key", "value", F.timestamp_millis("ts").alias("timestamp"),
             F.from_json("headers", KAFKA_HEADERS).alias("headers"))
-        outputs.write.mode("append").partitionBy("topic").parquet(plan.output.removeprefix("parquet:"))
+        outputs.write.mode("append").partitionBy("topic").parquet(_staging(plan))
     return result, totals
+
+
+# -- Parquet output: staged, then published ------------------------------------------------------
+# The stages append their files under PATH/_fw_partial/<backfill> (Spark's and pyarrow's readers
+# skip names that start with "_"); only when every stage is done do they move into
+# PATH/topic=<name>/, each renamed <backfill>-<its name>. A run started again first deletes what a
+# failed one left: its staging and any file it had moved already. Through Hadoop's FileSystem, so
+# any path Spark writes to (a local directory, hdfs://, s3a://) works alike.
+
+
+def _staging(plan: ReplayPlan) -> str:
+    return f"{plan.output.removeprefix('parquet:').rstrip('/')}/_fw_partial/{_output_id(plan)}"
+
+
+def _output_id(plan: ReplayPlan) -> str:
+    return plan.backfill["id"] if plan.backfill else plan.run_id
+
+
+def _filesystem(sc: SparkContext, path: str) -> tuple[Any, Any]:
+    jvm = sc._jvm  # type: ignore[attr-defined]
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return hpath.getFileSystem(sc._jsc.hadoopConfiguration()), jvm  # type: ignore[attr-defined]
+
+
+def _published(fs: Any, jvm: Any, root: str, prefix: str) -> list[Any]:
+    """The files of ``prefix`` already moved into ``root/topic=*/``."""
+    found = []
+    base = jvm.org.apache.hadoop.fs.Path(root)
+    if not fs.exists(base):
+        return found
+    for d in fs.listStatus(base):
+        if d.isDirectory() and d.getPath().getName().startswith("topic="):
+            found += [f.getPath() for f in fs.listStatus(d.getPath()) if f.getPath().getName().startswith(prefix)]
+    return found
+
+
+def prepare_parquet(sc: SparkContext, plan: ReplayPlan) -> None:
+    """Before the stages: what an earlier, failed run of this output left goes."""
+    root = plan.output.removeprefix("parquet:").rstrip("/")
+    fs, jvm = _filesystem(sc, root)
+    fs.delete(jvm.org.apache.hadoop.fs.Path(_staging(plan)), True)
+    for f in _published(fs, jvm, root, f"{_output_id(plan)}-"):
+        fs.delete(f, False)
+
+
+def publish_parquet(sc: SparkContext, plan: ReplayPlan) -> int:
+    """After the stages: the staged files into ``PATH/topic=<name>/``; returns how many."""
+    root = plan.output.removeprefix("parquet:").rstrip("/")
+    fs, jvm = _filesystem(sc, root)
+    Path_ = jvm.org.apache.hadoop.fs.Path
+    staging = Path_(_staging(plan))
+    moved = 0
+    if fs.exists(staging):
+        for d in fs.listStatus(staging):
+            name = d.getPath().getName()
+            if not (d.isDirectory() and name.startswith("topic=")):
+                continue
+            target = Path_(f"{root}/{name}")
+            fs.mkdirs(target)
+            for f in fs.listStatus(d.getPath()):
+                fname = f.getPath().getName()
+                if fname.startswith((".", "_")):
+                    continue  # checksums (moved with their file) and Spark's markers
+                if not fs.rename(f.getPath(), Path_(target, f"{_output_id(plan)}-{fname}")):
+                    raise FrameworkError(f"cannot move {f.getPath()} into {target}: the backfill's files stay in "
+                                         f"{_staging(plan)}. Fix: check the permissions of {root} and run it again")
+                moved += 1
+        fs.delete(staging, True)
+    partial = Path_(f"{root}/_fw_partial")
+    if fs.exists(partial) and not fs.listStatus(partial):
+        fs.delete(partial, True)
+    return moved
 
 
 def _stage_totals(stats: list[dict[str, Any]], started: float) -> dict[str, Any]:
@@ -503,6 +576,8 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
         from framework.replay.handover import prepare_bootstrap
 
         prepare_bootstrap(_kafka_settings(plan), plan)
+    if plan.output.startswith("parquet:"):
+        prepare_parquet(sc, plan)
     frame = None if spark is None else _source_frame(spark, plan)
     grand: dict[str, Any] = {"records read": plan.records}
     busy = 0.0
@@ -515,10 +590,17 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
         if stage + 1 < len(plan.stages):
             assert result is not None  # persisted for this stage
             frame = _next_frame(result, plan)
+    if plan.output.startswith("parquet:"):
+        publish_parquet(sc, plan)
     if plan.bootstrap:
         from framework.replay.handover import commit_handover
 
         commit_handover(_kafka_settings(plan), plan)
+    if plan.backfill:
+        from framework.replay.ledger import Backfill, completed
+
+        completed(_kafka_settings(plan), plan.service, Backfill.from_dict(plan.backfill),
+                  {"records read": plan.records, **{k: grand[k] for k in ("outputs written", "dead letters")}})
     seconds = time.monotonic() - started
     grand["seconds"] = round(seconds, 1)
     grand["records/s"] = int(plan.records / seconds) if seconds else 0

@@ -147,6 +147,7 @@ class ReplayPlan:
     reader: str = "spark"  # how stage 0 reads the topics: "spark" (its Kafka source) or "librdkafka" (the tasks)
     producer: dict[str, str] = field(default_factory=dict)  # the service's kafka.producer settings (no secrets)
     limits: dict[str, list[int | None]] = field(default_factory=dict)  # topic -> [before, after] ms it accepts
+    backfill: dict[str, Any] | None = None  # a backfill's ledger record (framework.replay.ledger), as JSON data
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -165,6 +166,14 @@ class ReplayPlan:
         return f"{topic}{self.output_suffix}"
 
     @property
+    def marker_group(self) -> str:
+        """The consumer group of the task writers' progress markers: the backfill's (the same
+        across its runs), else this run's."""
+        if self.backfill:
+            return backfill_group(self.service, self.backfill["id"])
+        return f"{self.service}-replay-{self.run_id}"
+
+    @property
     def reads_in_tasks(self) -> bool:
         """Stage 0's tasks read their source ranges themselves (``--reader librdkafka``)."""
         return self.reader == "librdkafka" and not self.archive
@@ -172,6 +181,11 @@ class ReplayPlan:
     @property
     def records(self) -> int:
         return sum(end - start for parts in self.ranges.values() for start, end in parts.values())
+
+
+def backfill_group(service: str, backfill: str) -> str:
+    """The consumer group holding a backfill's per-task progress markers."""
+    return f"{service}-backfill-{backfill}"
 
 
 def stores_of_stage(pipeline: Pipeline, stage: int, last: bool) -> list[str]:

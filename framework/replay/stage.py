@@ -159,10 +159,11 @@ class StageTask:
 
     def __init__(self, pipeline: Pipeline, plan: ReplayPlan, stage: int, pid: int,
                  writer: ResumableWriter | None = None, keep_outputs: bool = False,
-                 fail_after: int | None = None) -> None:
+                 fail_after: int | None = None, hold_after: int | None = None) -> None:
         self.pipeline, self.plan, self.stage, self.pid = pipeline, plan, stage, pid
         self.writer, self.keep_outputs = writer, keep_outputs
         self.fail_after = fail_after  # a test's injected fault: raise once this many outputs were written
+        self.hold_after = hold_after  # a test's: stop for good once this many were (and are committed)
         self.write_outputs = writer is not None and plan.output == "topic"
         stages = input_stages(pipeline)
         self.my_topics = {t for t, s in stages.items() if s == stage}
@@ -191,7 +192,7 @@ class StageTask:
             assert self.writer is not None
             output.direct = self.writer.output
         self.task = self.runner.start(self.pid)
-        for batch in _batches(chunks, self.plan.batch_size, self._carry):
+        for batch in _batches(chunks, self.plan.batch_size, self._carry, skip):
             # a batch an earlier attempt committed (batches end where commits fall) writes nothing
             if self.write_outputs:
                 assert self.writer is not None
@@ -207,6 +208,8 @@ class StageTask:
                     or time.monotonic() - committed_at >= self.plan.commit_interval_s):
                 self.writer.commit(done)
                 since_commit, committed_at = 0, time.monotonic()
+            if self.hold_after is not None and output.count >= self.hold_after:
+                _hold(f"stage {self.stage} task {self.pid} holds after {output.count} outputs ({done} records)")
         self.counts["read"], self.counts["outputs"] = done, output.count
         yield from self._finish(done, skip)
         metrics = {**self.runner.metrics(), **self.counts, "seconds": round(time.monotonic() - started, 3),
@@ -257,18 +260,31 @@ class StageTask:
             self.writer.close()
 
 
-def _batches(chunks: Iterable[list[Record] | Carry], size: int, carry: Any) -> Iterator[list[Record]]:
-    """Records in batches of ``size`` whatever lists they came in; a carried clock is handed
-    to ``carry``, not processed."""
+def _hold(what: str) -> None:
+    """``FW_REPLAY_HOLD``'s stop, for a test that kills the job while a task is under way."""
+    import sys
+    import threading
+
+    print(f"[replay] injected hold: {what}", file=sys.stderr, flush=True)
+    threading.Event().wait()
+
+
+def _batches(chunks: Iterable[list[Record] | Carry], size: int, carry: Any, cut: int = 0) -> Iterator[list[Record]]:
+    """Records in batches of ``size`` whatever lists they came in, one of them ending at
+    record ``cut`` (where an earlier run's writes end: the batches after it write, those
+    before it do not, whatever batch size that run had); a carried clock is handed to
+    ``carry``, not processed."""
     batch: list[Record] = []
+    done = 0
     for chunk in chunks:
         if type(chunk) is Carry:
             carry(chunk)
             continue
         batch.extend(chunk)  # type: ignore[arg-type]
-        while len(batch) >= size:
-            yield batch[:size]
-            del batch[:size]
+        while len(batch) >= (n := cut - done if done < cut < done + size else size):
+            yield batch[:n]
+            del batch[:n]
+            done += n
     if batch:
         yield batch
 
