@@ -156,16 +156,18 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     limits = {t: [lim.before_ms, lim.after_ms] for t, lim in written_limits(written, settings, max_bytes).items()
               if (lim.before_ms, lim.after_ms) != (None, None)}
     archive = str(Path(archive).resolve()) if archive else None
-    backfill = None
+    backfill: ledger.Backfill | None = None
+    resumed = False
     if output != "none":  # a backfill: the ledger decides what it writes
         destination = outputs or [output]
         definition = definition_of(pipeline)
-        backfill = _backfill(settings, pipeline.name, ledger.Backfill(
+        decided = _backfill(settings, pipeline.name, ledger.Backfill(
             id=ledger.backfill_id(definition, ranges, archive, destination, partitions, bootstrap), target=target,
             pipeline=ledger.pipeline_hash(definition), destination=destination, ranges=ranges, asked=[start, end],
             archive=archive, started=ledger.now_text()), again=again, dry_run=dry_run)
-        if backfill is None:
+        if decided is None:
             return
+        backfill, resumed = decided
         ranges = backfill.ranges
     plan = ReplayPlan(target=target, service=pipeline.name, run_id=uuid.uuid4().hex[:10],
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=partitions, ranges=ranges,
@@ -175,16 +177,17 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()],
                       definition=definition_of(pipeline), reader=reader, limits=limits,
                       producer={k: v for k, v in config.kafka.producer.items() if not is_secret(k)},
-                      backfill=backfill.to_dict() if backfill else None)
+                      backfill=backfill.to_dict() if backfill else None, resumed=resumed)
     _run(plan, target, "replay", master, confs, dry_run, config_file)
 
 
 def _backfill(settings: dict[str, str], service: str, mine: ledger.Backfill, *, again: bool,
-              dry_run: bool) -> ledger.Backfill | None:
-    """What the ledger says of backfill ``mine``: the backfill to run (``mine``, or the
-    failed run it continues, recorded as running), or None when it completed before (said)."""
+              dry_run: bool) -> tuple[ledger.Backfill, bool] | None:
+    """What the ledger says of backfill ``mine``: the backfill to run (``mine``, recorded as
+    running, or the failed run it continues) and whether it continues one; None when it
+    completed before (said)."""
     if dry_run:  # nothing on the cluster changes: the printed command, run, records itself when it ends
-        return mine
+        return mine, False
     fresh = again and _holds_nothing(settings, mine.destination)
     decision = ledger.decide(ledger.read_ledger(settings, service), mine, again=again, fresh=fresh)
     found = decision.backfill
@@ -200,7 +203,7 @@ def _backfill(settings: dict[str, str], service: str, mine: ledger.Backfill, *, 
     else:
         ledger.record(settings, service, found)
         click.echo(f"[replay] backfill {found.id}: {found.range_text()} to {found.where()}")
-    return found
+    return found, decision.action == "continue"
 
 
 def _holds_nothing(settings: dict[str, str], destination: list[str]) -> bool:

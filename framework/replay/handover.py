@@ -28,6 +28,8 @@ def refuse_if_running(settings: Mapping[str, Any], group: str) -> None:
 
 def prepare_bootstrap(settings: Mapping[str, Any], plan: ReplayPlan) -> None:
     refuse_if_running(settings, plan.service)
+    if plan.resumed:  # the changelogs hold what the failed run's finished tasks wrote: kept
+        return
     # as the live service creates its changelogs
     config = {"cleanup.policy": "compact", **size_config(producer_max_bytes(plan.producer))}
     recreate_topics(settings, {t: (plan.partitions, config) for t in plan.changelogs})

@@ -489,14 +489,14 @@ def _output_id(plan: ReplayPlan) -> str:
 
 
 def _filesystem(sc: SparkContext, path: str) -> tuple[Any, Any]:
-    jvm = sc._jvm  # type: ignore[attr-defined]
+    jvm: Any = sc._jvm  # type: ignore[attr-defined]
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     return hpath.getFileSystem(sc._jsc.hadoopConfiguration()), jvm  # type: ignore[attr-defined]
 
 
 def _published(fs: Any, jvm: Any, root: str, prefix: str) -> list[Any]:
     """The files of ``prefix`` already moved into ``root/topic=*/``."""
-    found = []
+    found: list[Any] = []
     base = jvm.org.apache.hadoop.fs.Path(root)
     if not fs.exists(base):
         return found

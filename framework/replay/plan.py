@@ -148,6 +148,7 @@ class ReplayPlan:
     producer: dict[str, str] = field(default_factory=dict)  # the service's kafka.producer settings (no secrets)
     limits: dict[str, list[int | None]] = field(default_factory=dict)  # topic -> [before, after] ms it accepts
     backfill: dict[str, Any] | None = None  # a backfill's ledger record (framework.replay.ledger), as JSON data
+    resumed: bool = False  # the backfill continues a failed run (a bootstrap keeps its changelogs)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -6,6 +6,7 @@ nothing but the ledger stays on the broker, and ``--clean`` removes it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -89,6 +90,11 @@ def test_a_backfill_to_topics_killed_and_run_again_writes_each_output_once(
 
     # what stays: the ledger, no marker group; --clean removes it
     assert _groups(kafka_bootstrap, f"{pipeline.name}-backfill-") == []
+    tail = fw_replay(["topics", "tail", f"{pipeline.name}-backfills", "--json"], env)
+    assert tail.returncode == 0, tail.stderr
+    [entry] = [json.loads(json.loads(line)["value"]) for line in tail.stdout.splitlines()]
+    assert (entry["state"], entry["destination"], entry["counts"]["outputs written"]) == \
+        ("complete", bf, sum(c.total() for c in one.values()))
     cleaned = _ok(["--clean"], env)
     assert cleaned.splitlines() == [f"removed topic {pipeline.name}-backfills"]
 
