@@ -31,6 +31,7 @@ from framework.home import fw_home
 
 _HERE = Path(__file__).resolve().parent
 JOB = _HERE / "job.py"
+PROGRESS_ENV = "FW_REPLAY_PROGRESS"  # job.py reads it (it imports nothing of this module)
 _CONNECTOR_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
 
 
@@ -359,7 +360,9 @@ def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs
 
 def environment(spark: Path | None = None) -> dict[str, str]:
     """spark-submit's environment: this Python for the driver and the workers, the Spark in
-    ``spark`` (default: the installed pyspark)."""
+    ``spark`` (default: the installed pyspark), and how the job shows its progress
+    (``FW_REPLAY_PROGRESS``: ``terminal`` when this command's output is one, else ``lines``;
+    a value set before is kept)."""
     env = dict(os.environ)
     home = _java_home(env)
     if home is None:
@@ -367,6 +370,8 @@ def environment(spark: Path | None = None) -> dict[str, str]:
                                  "Fix: install Java 17 or later (e.g. `apt-get install openjdk-17-jre-headless`)")
     env["JAVA_HOME"] = home
     env.update(SPARK_HOME=str(spark or spark_home()), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    # the job's output is this command's: it refreshes its progress in place on a terminal only
+    env.setdefault(PROGRESS_ENV, "terminal" if sys.stdout.isatty() else "lines")
     return env
 
 

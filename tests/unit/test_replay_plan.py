@@ -486,3 +486,56 @@ def test_the_daemon_drops_only_sparks_zips_of_the_installed_packages(tmp_path) -
     assert _installed_copies([older_py4j, str(site)]) == []  # another py4j than the one installed
     assert _installed_copies([elsewhere, str(site)]) == []  # a Spark of its own: not the installed package
     assert _installed_copies([own, py4j]) == []  # no pyspark installed: Spark's zips are all there is
+
+
+class _Spark:
+    """What ``_Progress`` asks of the SparkContext: its conf and a status tracker (one stage, 1 of 4
+    tasks done)."""
+
+    def getConf(self) -> dict[str, str]:  # noqa: N802 - pyspark's name
+        return {}
+
+    def statusTracker(self) -> SimpleNamespace:  # noqa: N802 - pyspark's name
+        return SimpleNamespace(getActiveStageIds=lambda: [0],
+                               getStageInfo=lambda _: SimpleNamespace(numCompletedTasks=1, numTasks=4))
+
+
+@pytest.mark.parametrize("shown", ["terminal", "lines"])
+def test_progress_refreshes_one_line_in_place_on_a_terminal_and_prints_lines_otherwise(
+        shown: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from framework.replay.job import _Progress
+
+    monkeypatch.setenv("FW_REPLAY_PROGRESS", shown)
+    progress = _Progress(_Spark(), "stage 0", total=5_000)  # type: ignore[arg-type]
+    progress.counts = {"0:0:0": 700, "0:1:0": 300, "0:1:1": 500}  # task 1 retried: its latest attempt counts
+    line = progress.line(2.0)
+    assert line == ("[replay] stage 0: 1,200 of 5,000 records (24%), 3,800 remaining, 600 records/s, "
+                    "about 6 s left, Spark tasks 1/4 done, 2 s")
+    progress._show(line)
+    progress._show(line)
+    progress.sock.close()
+    progress.stop()
+    out = capsys.readouterr().out
+    if shown == "terminal":
+        assert out == f"\r{line}\x1b[K\r{line}\x1b[K\r\x1b[K"
+    else:
+        assert out == f"{line}\n{line}\n"
+
+
+def test_progress_of_a_stage_of_unknown_size_says_what_it_read() -> None:
+    from framework.replay.job import _Progress
+
+    progress = _Progress(_Spark(), "stage 1")  # type: ignore[arg-type]
+    progress.counts = {"1:0:0": 10}
+    progress.sock.close()
+    assert progress.line(5.0) == "[replay] stage 1: 10 records read, 2 records/s, Spark tasks 1/4 done, 5 s"
+
+
+def test_the_command_tells_the_job_whether_its_output_is_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FW_REPLAY_PROGRESS", raising=False)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    assert submit.environment()["FW_REPLAY_PROGRESS"] == "terminal"
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    assert submit.environment()["FW_REPLAY_PROGRESS"] == "lines"
+    monkeypatch.setenv("FW_REPLAY_PROGRESS", "terminal")  # the user's own choice stays
+    assert submit.environment()["FW_REPLAY_PROGRESS"] == "terminal"
