@@ -233,7 +233,8 @@ class ClassArchive:
             pass
         directory = self.path.parent
         remove_unused(directory, days=ARCHIVE_DAYS, keep=self.path, named=r".+\.jsa")
-        remove_unused(directory, days=1 / 24, keep=self.path, named=r".+\.tmp")  # a killed run's (a running one's stays)
+        # what a killed run left (a running one's stays)
+        remove_unused(directory, days=1 / 24, keep=self.path, named=r".+\.tmp")
 
 
 def class_archive(jars: list[Path], spark: Path | None = None) -> ClassArchive | None:
@@ -369,7 +370,8 @@ def environment(spark: Path | None = None) -> dict[str, str]:
         raise EnvironmentProblem("Java is not installed (no `java` on PATH, no JAVA_HOME): Spark runs on it. "
                                  "Fix: install Java 17 or later (e.g. `apt-get install openjdk-17-jre-headless`)")
     env["JAVA_HOME"] = home
-    env.update(SPARK_HOME=str(spark or spark_home()), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.update(SPARK_HOME=str(spark or spark_home()), PYSPARK_PYTHON=sys.executable,
+               PYSPARK_DRIVER_PYTHON=sys.executable)
     # the job's output is this command's: it refreshes its progress in place on a terminal only
     env.setdefault(PROGRESS_ENV, "terminal" if sys.stdout.isatty() else "lines")
     return env
