@@ -22,7 +22,7 @@ from framework.pipeline.loading import load_pipeline
 from framework.replay import ledger
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
 from framework.replay.submit import (cache_dir, class_archive, command, connector_jars, environment, package,
-                                     remove_unused)
+                                     remove_unused, spark_launch_home)
 from framework.runtime.topics import ensure_service_topics, producer_max_bytes, size_config, written_limits
 
 _RANGE_HELP = ("earliest, latest, committed (the service group's offsets), a time (ISO 8601 or ms since the epoch) "
@@ -50,13 +50,14 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
     plan.save(plan_path)
     deps = package(target)
     jars = connector_jars()
-    archive = class_archive(jars)
+    spark = spark_launch_home()
+    archive = class_archive(jars, spark)
     cmd = command(plan_path, deps, jars, master=master, confs=list(confs), name=f"fw {mode} {plan.service}",
-                  mode=mode, archive=archive)
+                  mode=mode, archive=archive, spark=spark)
     if dry_run:
         click.echo(shlex.join(cmd))
         return
-    env = environment()
+    env = environment(spark)
     if config_file:  # the job's driver and (in local mode) executors read the same file as this command
         env["FW_CONFIG"] = str(Path(config_file).resolve())
     click.echo(f"[replay] {mode} of {plan.records:,} records on {master} (run {plan.run_id})")

@@ -383,23 +383,32 @@ def _next_frame(result: DataFrame, plan: ReplayPlan) -> DataFrame:
     return rows.repartition(plan.partitions, "pid").sortWithinPartitions("pid", "k1", "k2", "k3")
 
 
-class _Progress(threading.Thread):
-    """A line every few seconds while a stage runs: the records its tasks have read so far
-    (each task reports its count over UDP, ``_Reporter``) and the rate, and its Spark tasks
-    done."""
+# How ``fw replay`` shows progress (``FW_REPLAY_PROGRESS``, set by the command, which knows
+# whether its output is a terminal; the job's output is spark-submit's, the same): "terminal"
+# refreshes one line in place each second; anything else prints a line a minute, for a log.
+PROGRESS_ENV = "FW_REPLAY_PROGRESS"
 
-    def __init__(self, sc: SparkContext, label: str, total: int | None = None, every_s: float = 5.0) -> None:
+
+class _Progress(threading.Thread):
+    """While a stage runs: the records its tasks have read so far (each task reports its count
+    over UDP, ``_Reporter``), those remaining of the source stage (the plan's ranges), the
+    rate, the time left and its Spark tasks done. On a terminal one line refreshed in place
+    each second, which ``stop`` clears for the stage's own line; otherwise a line a minute."""
+
+    def __init__(self, sc: SparkContext, label: str, total: int | None = None) -> None:
         import socket
 
         super().__init__(daemon=True)
         self.tracker, self.label, self.done = sc.statusTracker(), label, threading.Event()
-        self.every_s, self.started, self.total = every_s, time.monotonic(), total
+        self.terminal = os.environ.get(PROGRESS_ENV) == "terminal"
+        self.every_s, self.started, self.total = (1.0 if self.terminal else 60.0), time.monotonic(), total
         host = sc.getConf().get("spark.driver.host", "127.0.0.1")
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("0.0.0.0", 0))
         self.sock.settimeout(0.5)
         self.address = (host, self.sock.getsockname()[1])
         self.counts: dict[str, int] = {}  # "stage:spark-partition:attempt" -> records read
+        self.shown = False  # a line in place on the terminal, to clear
 
     def records(self) -> int:
         latest: dict[str, int] = {}
@@ -421,20 +430,42 @@ class _Progress(threading.Thread):
                 pass
             if time.monotonic() - last_line >= self.every_s and not self.done.is_set():  # none after the stage's line
                 last_line = time.monotonic()
-                seconds = last_line - self.started
-                n = self.records()
-                tasks = [self.tracker.getStageInfo(sid) for sid in self.tracker.getActiveStageIds()]
-                done = sum(t.numCompletedTasks for t in tasks if t is not None)
-                total = sum(t.numTasks for t in tasks if t is not None)
-                rate = n / seconds
-                left = ""
-                if self.total:  # the source stage knows how much it reads: the plan's ranges
-                    remaining = max(self.total - n, 0)
-                    eta = f", about {remaining / rate:.0f} s left" if rate > 0 else ""
-                    left = f" of {self.total:,} ({100 * n / self.total:.0f}%, {remaining:,} remaining{eta})"
-                print(f"[replay] {self.label}: {n:,} records read{left}, {int(rate):,} records/s, "
-                      f"Spark tasks {done}/{total} done, {seconds:.0f} s", flush=True)
+                self._show(self.line(last_line - self.started))
         self.sock.close()
+
+    def line(self, seconds: float) -> str:
+        """``[replay] stage 0: 1,200 of 5,000 records (24%), 3,800 remaining, 400 records/s,
+        about 10 s left, Spark tasks 1/4 done, 3 s``."""
+        n = self.records()
+        tasks = [self.tracker.getStageInfo(sid) for sid in self.tracker.getActiveStageIds()]
+        done = sum(t.numCompletedTasks for t in tasks if t is not None)
+        total = sum(t.numTasks for t in tasks if t is not None)
+        rate = n / seconds if seconds > 0 else 0.0
+        if self.total:  # the source stage knows how much it reads: the plan's ranges
+            remaining = max(self.total - n, 0)
+            eta = f", about {remaining / rate:.0f} s left" if rate > 0 else ""
+            read = (f"{n:,} of {self.total:,} records ({100 * n / self.total:.0f}%), {remaining:,} remaining, "
+                    f"{int(rate):,} records/s{eta}")
+        else:
+            read = f"{n:,} records read, {int(rate):,} records/s"
+        return f"[replay] {self.label}: {read}, Spark tasks {done}/{total} done, {seconds:.0f} s"
+
+    def _show(self, text: str) -> None:
+        if self.terminal:  # in place: back to the line's start, the line, the rest of the old one cleared
+            sys.stdout.write(f"\r{text}\x1b[K")
+            sys.stdout.flush()
+            self.shown = True
+        else:
+            print(text, flush=True)
+
+    def stop(self) -> None:
+        """The stage is over: no more lines, and the one in place is cleared."""
+        self.done.set()
+        if self.ident is not None:  # started: its last line is out before this one's clearing
+            self.join(timeout=2.0)
+        if self.shown:
+            sys.stdout.write("\r\x1b[K")
+            sys.stdout.flush()
 
 
 def run_stage(sc: SparkContext, plan: ReplayPlan, stage: int, frame: DataFrame | None
@@ -461,7 +492,7 @@ def run_stage(sc: SparkContext, plan: ReplayPlan, stage: int, frame: DataFrame |
                 stats = [json.loads(r.text) for r in result.collect() if r.kind == "stats"]
                 result = None
     finally:
-        progress.done.set()
+        progress.stop()
     totals = _stage_totals(stats, started)
     print(f"[replay] stage {stage} ({', '.join(plan.stages[stage])}): {summary(totals)}", flush=True)
     if result is not None and plan.output.startswith("parquet:"):

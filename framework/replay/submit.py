@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from framework.home import fw_home
 
 _HERE = Path(__file__).resolve().parent
 JOB = _HERE / "job.py"
+PROGRESS_ENV = "FW_REPLAY_PROGRESS"  # job.py reads it (it imports nothing of this module)
 _CONNECTOR_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
 
 
@@ -196,10 +197,15 @@ LOCAL_JIT = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
 # session up 2.5 s sooner (benchmarks/NOTES.md). The first run writes the archive as its JVM
 # exits (about 8 s more, once per Java, Spark and connector). A JVM that cannot use an archive
 # (another build of Java, another class path) starts without it, as it would have.
+ARCHIVE_DAYS = 14  # an archive (and a shared Spark) unused this long is removed by the next run
+
+
 @dataclass(frozen=True)
 class ClassArchive:
     """The driver JVM's class-data archive (``path``), or, while there is none, the file this
-    run's JVM writes as it exits (``writing``), which ``keep`` puts in its place."""
+    run's JVM writes as it exits (``writing``), which ``keep`` puts in its place. Archives of
+    other keys (other Java, Spark or connector) stay: another virtualenv on this machine may
+    use them, until they are ``ARCHIVE_DAYS`` unused."""
 
     path: Path
     writing: Path
@@ -212,38 +218,113 @@ class ClassArchive:
         return ["-XX:+IgnoreUnrecognizedVMOptions", use, "-Xlog:cds*=error"]
 
     def keep(self, succeeded: bool) -> None:
-        """After the run: the archive it wrote replaces any other (older Java or Spark)."""
-        if not self.writing.exists():
-            return
+        """After the run: the archive it wrote takes its key's place (a rename: a JVM never
+        maps half a file, and of two runs writing one key the last rename wins whole), or the
+        one it used is marked used; then what no run used for ``ARCHIVE_DAYS`` goes."""
         try:
-            if not succeeded:
-                self.writing.unlink()
-                return
-            os.replace(self.writing, self.path)
+            if self.writing.exists():
+                if succeeded:
+                    os.replace(self.writing, self.path)
+                else:
+                    self.writing.unlink()
+            elif self.path.is_file():
+                os.utime(self.path)  # used: kept
         except OSError:  # another run's archive took its place or went first: nothing is lost
-            return
+            pass
         directory = self.path.parent
-        remove_unused(directory, days=0, keep=self.path, named=r".+\.jsa")  # other archives
-        remove_unused(directory, days=1 / 24, keep=self.path)  # what a killed run left (a running one's stays)
+        remove_unused(directory, days=ARCHIVE_DAYS, keep=self.path, named=r".+\.jsa")
+        # what a killed run left (a running one's stays)
+        remove_unused(directory, days=1 / 24, keep=self.path, named=r".+\.tmp")
 
 
-def class_archive(jars: list[Path]) -> ClassArchive | None:
-    """This machine's archive for its Java, the installed Spark and ``jars``, in
-    ``$FW_HOME/spark-cds``; None without Java, or where the directory cannot be made or named in
-    Java's options (a path with spaces)."""
+def class_archive(jars: list[Path], spark: Path | None = None) -> ClassArchive | None:
+    """This machine's archive for its Java and the driver's class path: Spark's jars in
+    ``spark`` (default: the installed pyspark's) and ``jars``, in ``$FW_HOME/spark-cds``; None
+    without Java, or where the directory cannot be made or named in Java's options (a path
+    with spaces).
+
+    Named by what Java checks before it maps an archive: the build of Java, and each jar of
+    the class path as the file it is (Java follows links; it compares the file, its size and
+    its modification time). ``spark_launch_home`` gives every virtualenv with the same Spark
+    one set of jar files, so they share one archive."""
     java = _java_home(os.environ)
     directory = cache_dir() / "spark-cds"
     if java is None or any(c.isspace() for c in str(directory)):
         return None
     binary = os.path.realpath(Path(java) / "bin" / "java")
-    identity = "\n".join([binary, str(os.stat(binary).st_mtime_ns), spark_version(), str(spark_home()),
-                          *(str(j) for j in jars)])
-    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    classpath = sorted((spark or spark_home()).joinpath("jars").glob("*.jar")) + list(jars)
+    key = _identity([binary, *classpath])
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
     return ClassArchive(directory / f"{key}.jsa", directory / f"{key}.jsa.{os.getpid()}.tmp")
+
+
+def _identity(files: list[Path | str]) -> str:
+    """16 hex digits naming ``files`` as the files they are: real path, size, modification time."""
+    lines = []
+    for f in files:
+        st = os.stat(f)
+        lines.append(f"{os.path.realpath(f)}\0{st.st_size}\0{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def spark_launch_home() -> Path:
+    """``SPARK_HOME`` for spark-submit: the installed pyspark, but with its ``jars`` the ones
+    every virtualenv of this Spark version shares, in ``$FW_HOME/spark-jars/<key>`` (hard links
+    to the first installation's jars, copies across file systems; keyed by the version and
+    each jar's name and size). The JVM checks a class-data archive against the jar files
+    themselves, so two installations of one Spark, each its own files, could not share one:
+    each run of the other would write its own. Each installation gets a directory of links in
+    ``$FW_HOME/spark-home/`` (its own files, the shared jars); both are removed after
+    ``ARCHIVE_DAYS`` unused. The installed pyspark itself where any of this cannot be made."""
+    home = spark_home()
+    jars = sorted((home / "jars").glob("*.jar"))
+    if not jars:
+        return home
+    shared_key = hashlib.sha256("\n".join([spark_version(), *(f"{j.name}\0{j.stat().st_size}" for j in jars)])
+                                .encode()).hexdigest()[:16]
+    root = cache_dir()
+    shared = root / "spark-jars" / shared_key
+    own = root / "spark-home" / hashlib.sha256(f"{home}\0{shared_key}".encode()).hexdigest()[:16]
+    try:
+        if not shared.is_dir():
+            _build(shared, {j.name: j for j in jars}, _link_or_copy)
+        if not own.is_dir():
+            _build(own, {e.name: shared if e.name == "jars" else e for e in home.iterdir()},
+                   lambda source, target: target.symlink_to(source))
+        for used in (shared, own):
+            os.utime(used)
+    except OSError:
+        return home
+    for cache in (shared.parent, own.parent):
+        remove_unused(cache, days=ARCHIVE_DAYS, keep=shared if cache == shared.parent else own)
+    return own
+
+
+def _build(directory: Path, entries: dict[str, Path], make: Callable[[Path, Path], None]) -> None:
+    """``directory`` with each entry (its name in it -> the file it is made from by ``make``),
+    whole or not at all: filled under a temporary name, then renamed (a concurrent run that
+    renamed its own first wins; this one's goes)."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{directory.name}.", suffix=".tmp", dir=directory.parent))
+    try:
+        for name, source in entries.items():
+            make(source, scratch / name)
+        os.replace(scratch, directory)
+    except OSError:
+        if not directory.is_dir():
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or one without hard links
+        shutil.copy2(source, target)
 
 
 # A local master's Python workers import pyspark from the installed package, not from Spark's
@@ -255,11 +336,12 @@ _DAEMON_CONFS = ("spark.python.daemon.module=", "spark.python.use.daemon=", "spa
 
 
 def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs: list[str], name: str,
-            mode: str = "replay", archive: ClassArchive | None = None) -> list[str]:
-    """The spark-submit command. The driver's JVM options are the command's own
-    (``spark.driver.extraJavaOptions``) or else ours: C1 alone on a local master, and the
-    class-data ``archive`` where the driver runs here (not ``spark.submit.deployMode=cluster``)."""
-    cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--name", name,
+            mode: str = "replay", archive: ClassArchive | None = None, spark: Path | None = None) -> list[str]:
+    """The spark-submit command of the Spark in ``spark`` (default: the installed pyspark). The
+    driver's JVM options are the command's own (``spark.driver.extraJavaOptions``) or else
+    ours: C1 alone on a local master, and the class-data ``archive`` where the driver runs here
+    (not ``spark.submit.deployMode=cluster``)."""
+    cmd = [str((spark or spark_home()) / "bin" / "spark-submit"), "--master", master, "--name", name,
            "--conf", "spark.log.level=WARN", "--conf", f"spark.pyspark.python={sys.executable}",
            "--conf", "spark.ui.showConsoleProgress=false"]
     if not any(c.startswith("spark.driver.extraJavaOptions=") for c in confs):
@@ -277,15 +359,21 @@ def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs
     return cmd
 
 
-def environment() -> dict[str, str]:
-    """spark-submit's environment: this Python for the driver and the workers, pyspark's Spark."""
+def environment(spark: Path | None = None) -> dict[str, str]:
+    """spark-submit's environment: this Python for the driver and the workers, the Spark in
+    ``spark`` (default: the installed pyspark), and how the job shows its progress
+    (``FW_REPLAY_PROGRESS``: ``terminal`` when this command's output is one, else ``lines``;
+    a value set before is kept)."""
     env = dict(os.environ)
     home = _java_home(env)
     if home is None:
         raise EnvironmentProblem("Java is not installed (no `java` on PATH, no JAVA_HOME): Spark runs on it. "
                                  "Fix: install Java 17 or later (e.g. `apt-get install openjdk-17-jre-headless`)")
     env["JAVA_HOME"] = home
-    env.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.update(SPARK_HOME=str(spark or spark_home()), PYSPARK_PYTHON=sys.executable,
+               PYSPARK_DRIVER_PYTHON=sys.executable)
+    # the job's output is this command's: it refreshes its progress in place on a terminal only
+    env.setdefault(PROGRESS_ENV, "terminal" if sys.stdout.isatty() else "lines")
     return env
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +25,7 @@ from framework.replay.plan import (ReplayPlan, check_contract, definition_of, in
                                    store_stages)
 from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
 from framework.replay.daemon_path.fw_local_daemon import _installed_copies
+from framework.replay import submit
 from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, ClassArchive, command, package, remove_unused
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
@@ -330,19 +333,114 @@ def test_what_was_not_used_for_its_days_is_removed(tmp_path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["abcdefabcd", "deps-2.zip"]
 
 
-def test_a_failed_run_leaves_no_class_archive_and_a_new_one_replaces_the_others(tmp_path) -> None:
-    old, stale, running = tmp_path / "old.jsa", tmp_path / "k.jsa.5.tmp", tmp_path / "k.jsa.6.tmp"
-    for f in (old, stale, running):
+def test_a_failed_run_leaves_no_class_archive_and_a_new_one_leaves_other_keys_until_unused_for_14_days(
+        tmp_path) -> None:
+    other, unused, stale, running = (tmp_path / n for n in ("other.jsa", "unused.jsa", "k.jsa.5.tmp", "k.jsa.6.tmp"))
+    for f in (other, unused, stale, running):
         f.write_bytes(b"x")
+    os.utime(unused, (0, time.time() - 15 * 86_400))  # no run used it for 15 days
     os.utime(stale, (0, 0))  # left by a run killed long ago
     failed = ClassArchive(tmp_path / "k.jsa", tmp_path / "k.jsa.7.tmp")
     failed.writing.write_bytes(b"half")
     failed.keep(False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.jsa.5.tmp", "k.jsa.6.tmp", "old.jsa"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.jsa.6.tmp", "other.jsa"]
     done = ClassArchive(tmp_path / "k.jsa", tmp_path / "k.jsa.8.tmp")
     done.writing.write_bytes(b"whole")
     done.keep(True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.jsa", "k.jsa.6.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.jsa", "k.jsa.6.tmp", "other.jsa"]
+
+
+def test_of_two_runs_writing_one_archive_the_last_rename_wins_whole_and_a_run_using_it_keeps_it(tmp_path) -> None:
+    first, second = (ClassArchive(tmp_path / "k.jsa", tmp_path / f"k.jsa.{pid}.tmp") for pid in (7, 8))
+    first.writing.write_bytes(b"first")
+    second.writing.write_bytes(b"second")
+    first.keep(True)
+    second.keep(True)
+    assert [p.name for p in tmp_path.iterdir()] == ["k.jsa"] and first.path.read_bytes() == b"second"
+    os.utime(first.path, (0, time.time() - 13 * 86_400))
+    using = ClassArchive(tmp_path / "k.jsa", tmp_path / "k.jsa.9.tmp")
+    assert f"-XX:SharedArchiveFile={using.path}" in using.options()
+    using.keep(True)
+    assert time.time() - using.path.stat().st_mtime < 86_400  # used: its 14 days start again
+
+
+def _pyspark(root: Path, version: str = "4.2.0") -> Path:
+    """An installation of pyspark as ``fw replay`` sees one: its package directory, Spark's
+    jars inside."""
+    (root / "jars").mkdir(parents=True)
+    (root / "bin").mkdir()
+    (root / "bin" / "spark-submit").write_text("#!/bin/sh\n")
+    for name in ("spark-core_2.13.jar", "spark-sql_2.13.jar"):
+        (root / "jars" / name).write_bytes(name.encode() + version.encode())
+    return root
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache of its own (``FW_HOME``) and a Java (``JAVA_HOME``) for the class archive."""
+    (tmp_path / "java" / "bin").mkdir(parents=True)
+    (tmp_path / "java" / "bin" / "java").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "java"))
+    monkeypatch.setenv("FW_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(submit, "spark_version", lambda: "4.2.0")
+    return tmp_path
+
+
+def _launch(monkeypatch: pytest.MonkeyPatch, installed: Path) -> Path:
+    monkeypatch.setattr(submit, "spark_home", lambda: installed)
+    return submit.spark_launch_home()
+
+
+def test_two_virtualenvs_with_the_same_spark_share_one_class_archive(machine: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two installations of one pyspark are each their own files (their own modification
+    times), which Java would not accept for one archive; both launch Spark from one set of
+    jars, and so name one archive, each with its own scripts."""
+    one, two = _pyspark(machine / "venv-1" / "pyspark"), _pyspark(machine / "venv-2" / "pyspark")
+    os.utime(two / "jars" / "spark-sql_2.13.jar", (0, 0))
+    connector = [machine / "spark-sql-kafka.jar"]
+    connector[0].write_bytes(b"kafka")
+    homes = [_launch(monkeypatch, installed) for installed in (one, two)]
+    assert homes[0] != homes[1]
+    assert [(h / "bin").resolve() for h in homes] == [one / "bin", two / "bin"]
+    assert (homes[0] / "jars").resolve() == (homes[1] / "jars").resolve()
+    archives = [submit.class_archive(connector, h) for h in homes]
+    assert archives[0] is not None and archives[1] is not None and archives[0].path == archives[1].path
+    own = submit.class_archive(connector, one)  # the installation's own jars: other files, another archive
+    assert own is not None and own.path != archives[0].path
+    assert _launch(monkeypatch, one) == homes[0]  # made once
+
+
+@pytest.mark.parametrize("change", ["java", "spark", "connector"])
+def test_another_java_spark_or_connector_names_another_class_archive(change: str, machine: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    connector = machine / "spark-sql-kafka.jar"
+    connector.write_bytes(b"kafka")
+    before = submit.class_archive([connector], _launch(monkeypatch, _pyspark(machine / "venv" / "pyspark")))
+    if change == "java":
+        os.utime(machine / "java" / "bin" / "java", (0, 0))  # another build in its place
+        home = _launch(monkeypatch, machine / "venv" / "pyspark")
+    elif change == "spark":
+        monkeypatch.setattr(submit, "spark_version", lambda: "4.2.1")
+        home = _launch(monkeypatch, _pyspark(machine / "other" / "pyspark", "4.2.1"))
+    else:
+        home = _launch(monkeypatch, machine / "venv" / "pyspark")
+        connector.write_bytes(b"kafka 2")
+    after = submit.class_archive([connector], home)
+    assert before is not None and after is not None and after.path != before.path
+
+
+def test_a_shared_spark_unused_for_14_days_is_removed_and_made_again_when_needed(
+        machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = _launch(monkeypatch, _pyspark(machine / "old" / "pyspark", "4.1.0"))
+    for made in (old, (old / "jars").resolve()):
+        os.utime(made, (0, time.time() - 15 * 86_400))
+    current = _launch(monkeypatch, _pyspark(machine / "venv" / "pyspark"))
+    assert sorted(p.name for p in current.parent.iterdir()) == [current.name]
+    assert [p.name for p in (current / "jars").resolve().parent.iterdir()] == [(current / "jars").resolve().name]
+    shutil.rmtree((current / "jars").resolve())
+    assert sorted(p.name for p in (_launch(monkeypatch, machine / "venv" / "pyspark") / "jars").iterdir()) == [
+        "spark-core_2.13.jar", "spark-sql_2.13.jar"]
 
 
 @pytest.mark.parametrize("master", ["local[*]", "local[1]", "local[2,3]"])
@@ -388,3 +486,56 @@ def test_the_daemon_drops_only_sparks_zips_of_the_installed_packages(tmp_path) -
     assert _installed_copies([older_py4j, str(site)]) == []  # another py4j than the one installed
     assert _installed_copies([elsewhere, str(site)]) == []  # a Spark of its own: not the installed package
     assert _installed_copies([own, py4j]) == []  # no pyspark installed: Spark's zips are all there is
+
+
+class _Spark:
+    """What ``_Progress`` asks of the SparkContext: its conf and a status tracker (one stage, 1 of 4
+    tasks done)."""
+
+    def getConf(self) -> dict[str, str]:  # noqa: N802 - pyspark's name
+        return {}
+
+    def statusTracker(self) -> SimpleNamespace:  # noqa: N802 - pyspark's name
+        return SimpleNamespace(getActiveStageIds=lambda: [0],
+                               getStageInfo=lambda _: SimpleNamespace(numCompletedTasks=1, numTasks=4))
+
+
+@pytest.mark.parametrize("shown", ["terminal", "lines"])
+def test_progress_refreshes_one_line_in_place_on_a_terminal_and_prints_lines_otherwise(
+        shown: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from framework.replay.job import _Progress
+
+    monkeypatch.setenv("FW_REPLAY_PROGRESS", shown)
+    progress = _Progress(_Spark(), "stage 0", total=5_000)  # type: ignore[arg-type]
+    progress.counts = {"0:0:0": 700, "0:1:0": 300, "0:1:1": 500}  # task 1 retried: its latest attempt counts
+    line = progress.line(2.0)
+    assert line == ("[replay] stage 0: 1,200 of 5,000 records (24%), 3,800 remaining, 600 records/s, "
+                    "about 6 s left, Spark tasks 1/4 done, 2 s")
+    progress._show(line)
+    progress._show(line)
+    progress.sock.close()
+    progress.stop()
+    out = capsys.readouterr().out
+    if shown == "terminal":
+        assert out == f"\r{line}\x1b[K\r{line}\x1b[K\r\x1b[K"
+    else:
+        assert out == f"{line}\n{line}\n"
+
+
+def test_progress_of_a_stage_of_unknown_size_says_what_it_read() -> None:
+    from framework.replay.job import _Progress
+
+    progress = _Progress(_Spark(), "stage 1")  # type: ignore[arg-type]
+    progress.counts = {"1:0:0": 10}
+    progress.sock.close()
+    assert progress.line(5.0) == "[replay] stage 1: 10 records read, 2 records/s, Spark tasks 1/4 done, 5 s"
+
+
+def test_the_command_tells_the_job_whether_its_output_is_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FW_REPLAY_PROGRESS", raising=False)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    assert submit.environment()["FW_REPLAY_PROGRESS"] == "terminal"
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    assert submit.environment()["FW_REPLAY_PROGRESS"] == "lines"
+    monkeypatch.setenv("FW_REPLAY_PROGRESS", "terminal")  # the user's own choice stays
+    assert submit.environment()["FW_REPLAY_PROGRESS"] == "terminal"
