@@ -7,7 +7,7 @@ its ranges and the task reads them itself; each stage runs its tasks with ``mapI
 (a replay of one stage whose tasks read their ranges and return only counters runs them over
 a plain RDD instead: ``_counters_only``); its ``next`` rows are shuffled by the framework's
 partitioner and sorted on their merge key for the next stage. Nothing is collected to the
-driver but each task's counters. A Kafka backfill and a bootstrap write from the tasks
+driver but each task's counters (and the few keys an order check refuses: ``check_order``). A Kafka backfill and a bootstrap write from the tasks
 themselves, through ``ResumableWriter``: a retried or recomputed Spark task writes nothing
 twice.
 
