@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -20,6 +21,7 @@ from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
 from framework.pipeline.loading import load_pipeline
 from framework.replay import ledger
+from framework.replay.order import order_checks
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
 from framework.replay.submit import (cache_dir, class_archive, command, connector_jars, environment, package,
                                      remove_unused, spark_launch_home)
@@ -94,7 +96,8 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
 @click.option("--batch-size", default=5_000, show_default=True,
               help="Records a task processes between looks at its outputs (and commits).")
 @click.option("--allow-nondeterministic", is_flag=True,
-              help="Replay a pipeline with steps whose results replay cannot reproduce (docs/replay.md).")
+              help="Replay a pipeline with steps whose results replay cannot reproduce, or whose input the data "
+                   "shows live processing could interleave otherwise (docs/replay.md).")
 @click.option("--reader", type=click.Choice(["spark", "librdkafka"]), default="spark", show_default=True,
               help="How the topics are read: Spark's Kafka source, or each Spark task reads its partitions "
                    "with the framework's own Kafka client (librdkafka; less CPU, docs/replay.md).")
@@ -174,6 +177,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=partitions, ranges=ranges,
                       stages=stage_topics(pipeline), output=output, output_suffix=output_suffix, bootstrap=bootstrap,
                       archive=archive, allow_nondeterministic=allow_nondeterministic, commit_every=commit_every,
+                      order_checks=[] if allow_nondeterministic else [asdict(c) for c in order_checks(pipeline)],
                       commit_interval_s=commit_interval, batch_size=batch_size,
                       changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()],
                       definition=definition_of(pipeline), reader=reader, limits=limits,

@@ -7,7 +7,7 @@ its ranges and the task reads them itself; each stage runs its tasks with ``mapI
 (a replay of one stage whose tasks read their ranges and return only counters runs them over
 a plain RDD instead: ``_counters_only``); its ``next`` rows are shuffled by the framework's
 partitioner and sorted on their merge key for the next stage. Nothing is collected to the
-driver but each task's counters. A Kafka backfill and a bootstrap write from the tasks
+driver but each task's counters (and the few keys an order check refuses: ``check_order``). A Kafka backfill and a bootstrap write from the tasks
 themselves, through ``ResumableWriter``: a retried or recomputed Spark task writes nothing
 twice.
 
@@ -18,6 +18,7 @@ imports pyspark.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gc
 import itertools
 import json
@@ -38,6 +39,7 @@ from pyspark.sql import functions as F
 from framework.config import Config
 from framework.engine.record import Record
 from framework.errors import FrameworkError, PipelineError
+from framework.replay.order import SHOWN, OrderCheck, origin_names, planned_checks, refusal, upstream
 from framework.replay.plan import ReplayPlan, definition_of, summary
 from framework.replay.stage import Carry, Row, StageTask
 
@@ -239,12 +241,15 @@ def _run_tasks(plan: ReplayPlan, pipeline: Any, stage: int,
             task.close()
 
 
-def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None = None) -> Any:
+def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None = None, dry: bool = False) -> Any:
     """The ``mapInArrow`` function of ``stage``: its input is sorted by partition number.
-    ``progress``: where the driver listens for the tasks' record counts (UDP)."""
+    ``progress``: where the driver listens for the tasks' record counts (UDP). ``dry``: the
+    tasks write nothing (no outputs, no state), for the order check (``check_order``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plan, pipeline = _setup(plan_json)
+        if dry:  # a copy: the worker's cached plan is the run's
+            plan = dataclasses.replace(plan, output="none", bootstrap=False)
         schema = _arrow_schema()
         report = _Reporter(progress, stage)
         chunks = (_read_ranges(_range_rows(batches), plan, report) if stage == 0 and plan.reads_in_tasks
@@ -603,6 +608,7 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     if plan.archive:
         assert spark is not None
         _archive_ranges(spark, plan)
+    check_order(sc, spark, plan)  # before the bootstrap empties the changelogs
     if plan.bootstrap:
         from framework.replay.handover import prepare_bootstrap
 
@@ -638,6 +644,88 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     grand["processing seconds"] = round(busy, 1)
     grand["records/s while processing"] = int(plan.records / busy) if busy else 0
     return grand
+
+
+# -- the order check (framework.replay.order) ----------------------------------------------
+
+
+def check_order(sc: SparkContext, spark: SparkSession | None, plan: ReplayPlan) -> None:
+    """Refuses the replay (``order.refusal``) when a key reaches one of the plan's checked
+    steps from several upstream partitions, before anything is written: the stages before
+    the last checked one run first without writers (their tasks' ``next`` rows kept on
+    disk), and each checked step's input is aggregated by key on the cluster; only up to
+    ``order.SHOWN`` offending keys come to the driver."""
+    checks = planned_checks(plan)
+    if not checks:
+        return
+    spark = spark or _session()
+    names = origin_names(plan.stages)
+    started = time.monotonic()
+    _refuse_mixed(checks, 0, _source_arrivals(spark, plan), names)
+    frame = None if not any(c.stage > 0 for c in checks) else _source_frame(spark, plan)
+    kept: list[DataFrame] = []
+    try:
+        for stage in range(max(c.stage for c in checks)):
+            assert frame is not None
+            result = frame.mapInArrow(stage_function(plan.to_json(), stage, dry=True), SPARK_SCHEMA)
+            result = result.persist(StorageLevel.DISK_ONLY)
+            kept.append(result)
+            arrivals = result.where(F.col("kind") == "next").select("pid", "key", "topic",
+                                                                    F.col("k2").alias("origin"))
+            _refuse_mixed(checks, stage + 1, arrivals, names)
+            frame = _next_frame(result, plan)
+    finally:
+        for result in kept:
+            result.unpersist()
+    print(f"[replay] checked the order of {', '.join(c.step for c in checks)}: each key from one upstream "
+          f"partition ({time.monotonic() - started:.1f} s)", flush=True)
+
+
+def _refuse_mixed(checks: list[OrderCheck], stage: int, arrivals: DataFrame | None, names: dict[str, str]) -> None:
+    """``order.check_arrivals`` on the cluster: ``arrivals`` are stage ``stage``'s input as
+    ``(pid, key, topic, origin)`` rows."""
+    for check in (c for c in checks if c.stage == stage):
+        assert arrivals is not None
+        rows = (arrivals.where(F.col("topic").isin(check.topics) & F.col("key").isNotNull())
+                .groupBy("pid", "key").agg(F.collect_set(F.struct("topic", "origin")).alias("origins"))
+                .where(F.size("origins") > 1).orderBy("key", "pid").limit(SHOWN).collect())
+        if rows:
+            raise refusal(check, [(bytes(r.key), upstream([(o.topic, o.origin) for o in r.origins], names))
+                                  for r in rows])
+
+
+def _source_arrivals(spark: SparkSession, plan: ReplayPlan) -> DataFrame | None:
+    """Stage 0's input as arrivals (a source partition is its own origin), None when no
+    step of stage 0 is checked: read by Spark (its Kafka source, an archive) or, with
+    ``--reader librdkafka``, by tasks reading their own ranges (``_keys_function``)."""
+    if not any(c.stage == 0 for c in planned_checks(plan)):
+        return None
+    if plan.reads_in_tasks:
+        return _range_frame(spark, plan).mapInArrow(_keys_function(plan.to_json()),
+                                                    "pid long, key binary, topic string, origin long")
+    df = spark.read.parquet(plan.archive) if plan.archive else _kafka_frame(spark, plan)
+    return df.select(F.col("partition").cast("long").alias("pid"), "key", "topic",
+                     F.col("partition").cast("long").alias("origin"))
+
+
+def _keys_function(plan_json: str) -> Any:
+    """The ``mapInArrow`` function that reads each task's source ranges (``_range_frame``
+    rows) with the framework's Kafka client and returns their arrivals."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        from framework.kafka.clients import read_range
+
+        plan, _ = _setup(plan_json)
+        settings, group = _kafka_settings(plan), f"{plan.service}-replay-{plan.run_id}"
+        for pid, ranges in _range_rows(batches):
+            for topic, (start, end) in json.loads(ranges).items():
+                for run in read_range(settings, group, topic, pid, start, end, batch=plan.batch_size):
+                    yield pa.RecordBatch.from_pydict({"pid": [pid] * len(run), "key": [m.key() for m in run],
+                                                      "topic": [topic] * len(run), "origin": [pid] * len(run)})
+
+    return run
 
 
 def _archive_ranges(spark: SparkSession, plan: ReplayPlan) -> None:

@@ -10,12 +10,14 @@ under (one of the orders live processing can produce, and one that lets windows 
 the job runs). Every stateful step belongs to one stage.
 
 **The contract** (docs/replay.md). A step sees its records in the order live processing would
-when they come from one partition of one topic. When a step's records come from several
-(after a repartition, or from several sources), live processing interleaves them by timing:
+when they come from one partition of one topic. When a key's records come from several (after
+a repartition, or from several sources), live processing interleaves them by timing:
 event-time results are still reproduced exactly (when no record is late at its source), but
 order-sensitive steps — rolling aggregates, process functions, count windows — are not, except
-their final values when order-insensitive. Processing time and idleness depend on the wall
-clock and cannot be reproduced at all. ``check_contract`` names every such step.
+their final values when order-insensitive. Whether a key's records do come from several is a
+question of the data, answered on the range replayed (``framework.replay.order``). Processing
+time and idleness depend on the wall clock and cannot be reproduced at all: ``check_contract``
+names those steps from the pipeline alone.
 """
 
 from __future__ import annotations
@@ -29,9 +31,6 @@ from typing import Any
 from framework.errors import PipelineError
 from framework.pipeline import steps as S
 from framework.pipeline.definition import TIME_STORE, Pipeline
-from framework.windows.definitions import CountWindows, GlobalWindows
-
-ORDER_SENSITIVE = (S.Aggregate, S.Process, S.CoProcess)
 
 
 def input_stages(pipeline: Pipeline) -> dict[str, int]:
@@ -79,40 +78,17 @@ class ContractIssue:
         return f"step {self.step!r}: {self.reason}"
 
 
-def _order_sensitive(step: S.Step) -> str | None:
-    if isinstance(step, ORDER_SENSITIVE):
-        return {"aggregate": "a rolling aggregate", "process": "a process function",
-                "co_process": "a co-process function"}.get(step.kind, step.kind)
-    if isinstance(step, S.WindowStep) and isinstance(step.windows, (CountWindows, GlobalWindows)):
-        return "a count window"
-    return None
-
-
 def check_contract(pipeline: Pipeline) -> list[ContractIssue]:
-    """The steps whose results a replay cannot reproduce, with the reason (empty: all can)."""
+    """The steps whose results a replay cannot reproduce whatever the records, with the reason
+    (empty: all can). The order-sensitive steps fed by several partitions are not here: the
+    data decides those (``framework.replay.order``)."""
     issues: list[ContractIssue] = []
-    stages = input_stages(pipeline)
     for src in pipeline.sources():
         if src.watermarks is not None and src.watermarks.idle_timeout_ms is not None:
             issues.append(ContractIssue(src.name, "its idle timeout depends on the wall clock of live processing"))
     for step in pipeline.steps.values():
         if isinstance(step, S.WindowStep) and getattr(step.windows, "clock", "event") == "processing":
             issues.append(ContractIssue(step.name, "processing-time windows fire on the wall clock"))
-            continue
-        what = _order_sensitive(step)
-        if what is None:
-            continue
-        inputs = pipeline.step_inputs(step.name)
-        if any(stages[t] > 0 for t in inputs):
-            source = "a repartition topic fed by several upstream partitions"
-        elif len(inputs) > 1:
-            source = f"{len(inputs)} source topics"
-        else:
-            continue
-        issues.append(ContractIssue(
-            step.name, f"{what} reading {source}: live processing interleaves a key's records by timing, so "
-                       "its intermediate outputs (and any order-sensitive state) can differ; the final values of "
-                       "order-insensitive aggregates are reproduced"))
     return issues
 
 
@@ -142,6 +118,9 @@ class ReplayPlan:
     commit_every: int = 1_000_000
     commit_interval_s: float = 30.0  # and at least this often: the writer's transaction times out after 600 s
     allow_nondeterministic: bool = False
+    # the order-sensitive steps whose input the job checks before it writes (none with
+    # --allow-nondeterministic): ``framework.replay.order.OrderCheck`` as dicts
+    order_checks: list[dict[str, Any]] = field(default_factory=list)
     changelogs: list[str] = field(default_factory=list)  # the service's, created anew by a bootstrap
     definition: str = ""  # the pipeline as fw replay imported it: executors must import the same
     reader: str = "spark"  # how stage 0 reads the topics: "spark" (its Kafka source) or "librdkafka" (the tasks)

@@ -31,6 +31,7 @@ from framework.errors import PipelineError
 from framework.kafka.clients import KafkaOutput
 from framework.kafka.writer import ResumableWriter
 from framework.pipeline.definition import TIME_STORE, Pipeline
+from framework.replay.order import check_arrivals, origin_names, planned_checks
 from framework.replay.plan import ReplayPlan, input_stages, output_topics, stores_of_stage
 from framework.state.memory import MemoryBackend
 from framework.time.clock import WATERMARK_HEADER
@@ -308,7 +309,12 @@ def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, i
                 writer_for: Any = None, keep_outputs: bool = True) -> dict[str, list[Row]]:
     """The whole replay without Spark, stage after stage, in this process: what the Spark job
     does, for tests and small replays. ``sources``: each source partition's records in offset
-    order. Returns the rows of every stage by kind."""
+    order. Returns the rows of every stage by kind. The plan's order checks
+    (``framework.replay.order``) refuse as the job's do, before a writer writes anything."""
+    checks, names = planned_checks(plan), origin_names(plan.stages)
+    if checks and writer_for is not None:  # decided by a pass that writes nothing, as on Spark
+        run_locally(pipeline, plan, sources, keep_outputs=False)
+    check_arrivals(checks, 0, ((p, r.key(), t, p) for (t, p), rs in sources.items() for r in rs), names)
     stages = len(plan.stages)
     by_task: dict[int, dict[str, list[Record]]] = {}
     for (topic, p), records in sources.items():
@@ -325,6 +331,8 @@ def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, i
                     (nexts if row.kind in ("next", "clock") else everything[row.kind]).append(row)
             finally:
                 task.close()
+        check_arrivals(checks, stage + 1, ((r.pid, r.key, r.topic or "", r.k2) for r in nexts if r.kind == "next"),
+                       names)
         inputs = {}
         for row in sorted(nexts, key=lambda r: (r.pid, r.k1, r.k2, r.k3)):
             mine = inputs.setdefault(row.pid, [])

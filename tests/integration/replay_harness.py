@@ -14,6 +14,7 @@ from typing import Any
 
 from framework.pipeline import Pipeline
 from framework.pipeline import steps as S
+from framework.replay.order import order_checks
 from framework.replay.plan import check_contract, input_stages, output_topics
 from framework.serde.values import ValueCodec
 from framework.time.clock import WATERMARK_HEADER
@@ -128,7 +129,7 @@ def results(bootstrap: str, pipeline: Pipeline, suffix: str = "",
 def contract(pipeline: Pipeline, topic: str) -> str:
     """How replay outputs of ``topic`` compare with live ones: ``sequence`` (each key's outputs
     in order), ``multiset`` (each key's outputs, in any order) or ``final`` (each key's last)."""
-    issues = {i.step for i in check_contract(pipeline)}
+    issues = {i.step for i in check_contract(pipeline)} | {c.step for c in order_checks(pipeline)}
     stages = input_stages(pipeline)
     writers = [s for s in pipeline.steps.values()
                if (isinstance(s, S.Sink) and s.topic.name == topic)

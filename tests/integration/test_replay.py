@@ -1,7 +1,9 @@
 """``fw replay`` on the real broker with real PySpark, beyond parity (test_replay_parity.py):
 Spark's task retries write nothing twice, a standalone Spark cluster runs the same job, an
-archive replays like its topic, a bootstrap hands over to the live service exactly, and a
-wrong range or a missing tool is refused in one line."""
+archive replays like its topic, a bootstrap hands over to the live service exactly, a
+wrong range or a missing tool is refused in one line, and a key that reaches an
+order-sensitive step from several upstream partitions is refused before anything is
+written (the same records keyed upstream replay as the live run)."""
 
 from __future__ import annotations
 
@@ -17,9 +19,18 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from framework.broker.local import free_port_pair
+from framework.engine.partitioner import partition_for
 from framework.kafka.groups import active_members
+from framework.replay.plan import output_topics
 from framework.replay.submit import cache_dir, connector_jars, environment, spark_home
-from tests.integration.harness import ServiceProcess, produce_to_partitions, read_topic, wait_until
+from tests.integration.harness import (
+    ServiceProcess,
+    committed_offsets,
+    produce_to_partitions,
+    read_topic,
+    read_topics,
+    wait_until,
+)
 from tests.integration.replay_harness import (
     Results,
     assert_same,
@@ -291,3 +302,90 @@ def test_a_wrong_range_or_a_missing_tool_is_refused_in_one_line(kafka_bootstrap:
              "Maven", "install")
     connector_jars()  # resolved (with the machine's Maven) into the usual cache: what is missing is Java
     _refused(["replay", target, "--allow-nondeterministic"], no_tools, "Java", "install")
+
+
+# -- the order check: decided by the data -------------------------------------------------
+
+def _keyed_by_parity(s: str) -> dict[str, list[tuple]]:
+    """even_odd's numbers keyed by their parity: each parity in one partition of the source."""
+    rows = [("even" if n % 2 == 0 else "odd", n) for n in range(1, 201)]
+    return {f"numbers-{s}": [(partition_for(k.encode(), 4), k.encode(), json.dumps(v).encode()) for k, v in rows]}
+
+
+def _nothing_committed(bootstrap: str, group: str, topics: list[str]) -> None:
+    """``group`` has no offsets of ``topics`` committed, and no replay group of it exists."""
+    for topic in topics:
+        assert set(committed_offsets(bootstrap, group, topic).values()) <= {0}, topic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    groups = admin.list_consumer_groups(request_timeout=30).result().valid
+    assert [g.group_id for g in groups if g.group_id.startswith(f"{group}-replay-")] == []
+
+
+@pytest.mark.parametrize("reader", ["spark", "librdkafka", "archive"])
+def test_a_key_fed_from_two_upstream_partitions_is_refused_before_anything_is_written(
+        reader: str, kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """even_odd's numbers keyed by n % 7 over four partitions: each parity reaches the
+    rolling sum from several of them. Without --allow-nondeterministic the backfill and
+    bootstrap fail with one line naming the step, the keys and their upstream partitions,
+    and nothing is written: no output (read_committed), no state, no committed offsets."""
+    case = Case("even_odd", even_odd, reader="spark" if reader == "archive" else reader)
+    target = f"tests.integration.pipelines:{case.target}"
+    pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
+    source = f"numbers-{unique}"
+    fed: dict[str, set[int]] = {"even": set(), "odd": set()}
+    for partition, _, value, *poison in case.history(unique)[source]:
+        if not poison:
+            fed["even" if json.loads(value) % 2 == 0 else "odd"].add(partition)
+    assert all(len(partitions) > 1 for partitions in fed.values())
+    inputs = ["--reader", case.reader]
+    if reader == "archive":
+        archived = fw_replay(["archive", source, "--path", str(tmp_path / "archive"), "--master", "local[2]"], env)
+        assert archived.returncode == 0, archived.stderr[-5000:]
+        inputs = ["--archive", str(tmp_path / "archive")]
+
+    done = fw_replay(["replay", target, *inputs, "--master", "local[2]", "--output", "topic", "--output-suffix",
+                      "-refused", "--bootstrap"], env)
+    keys = "; ".join(f'key "{parity}" from ' + ", ".join(f"{source}[{p}]" for p in sorted(fed[parity]))
+                     for parity in ("even", "odd"))
+    expected = (f"error: step 'sums' (a rolling aggregate) receives records of one key from several upstream "
+                f"partitions ({keys}): live processing interleaves them by timing, so a replay cannot reproduce its "
+                "intermediate outputs. Fix: key the input by the step's key before it is written, or pass "
+                "--allow-nondeterministic to replay it anyway (what it reproduces: docs/replay.md)")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-5000:]
+    shown = (done.stdout + done.stderr).splitlines()  # spark-submit passes the driver's stderr on to stdout
+    assert expected in shown, done.stdout[-3000:]
+    assert [line for line in shown if line.startswith("error:")] == [expected]
+    assert "Traceback" not in done.stdout + done.stderr
+    written = [f"{t}-refused" for t in output_topics(pipeline)]
+    changelogs = [pipeline.changelog_topic(s) for s in pipeline.store_names()]
+    assert {t: rs for t, rs in read_topics(kafka_bootstrap, written + changelogs).items() if rs} == {}
+    _nothing_committed(kafka_bootstrap, pipeline.name, [source, pipeline.repartition_topic("parity")])
+
+
+def test_the_same_numbers_keyed_upstream_replay_as_the_live_run(kafka_bootstrap: str, unique: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                services: list[ServiceProcess]) -> None:
+    """Each parity in one source partition: the check finds every key from one upstream
+    partition, and the replay (no --allow-nondeterministic) writes the live run's outputs,
+    each parity's running sums in the live order."""
+    case = Case("even_odd", _keyed_by_parity)
+    pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
+    run_live(case, kafka_bootstrap, pipeline, env, tmp_path, services)
+    live = results(kafka_bootstrap, pipeline)
+
+    done = fw_replay(["replay", f"tests.integration.pipelines:{case.target}", "--master", "local[2]", "--output",
+                      "topic", "--output-suffix", "-keyed"], env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert re.search(r"^\[replay\] checked the order of sums: each key from one upstream partition \(\d+\.\d s\)$",
+                     done.stdout, re.M), done.stdout
+    replayed = results(kafka_bootstrap, pipeline, "-keyed")
+    assert_same(pipeline, live, Results(replayed.outputs, live.state))
+    sums = f"sums-{unique}"
+
+    def by_key(res: Results) -> dict[bytes | None, list[bytes | None]]:
+        out: dict[bytes | None, list[bytes | None]] = {}
+        for r in sorted(res.outputs[sums], key=lambda r: (r.partition, r.offset)):
+            out.setdefault(r.key, []).append(r.value)
+        return out
+
+    assert by_key(replayed) == by_key(live) and len(live.outputs[sums]) == 200

@@ -29,7 +29,7 @@ from framework.replay import submit
 from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, ClassArchive, command, package, remove_unused
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
-from framework import TumblingWindows
+from framework import TumblingWindows, WatermarkStrategy
 from services.even_odd.pipeline import build_pipeline as even_odd
 
 
@@ -40,15 +40,18 @@ def test_each_repartition_hop_is_a_stage() -> None:
     assert store_stages(p) == {"counts": 0, "sums": 1}
 
 
-def test_the_contract_names_order_sensitive_steps_fed_by_several_partitions() -> None:
+def test_the_contract_refuses_up_front_only_what_the_shape_decides() -> None:
+    """Processing time and idleness are refused from the pipeline alone; an order-sensitive
+    step after a repartition is not: the data decides it (tests/unit/test_replay_order.py)."""
     p = Pipeline("c")
-    src = p.source(Topic("in"), name="in")
-    src.count(name="per-key")                                                     # one partition feeds each key
-    src.key_by(lambda v: v["g"], name="by-g").count(name="rolling")               # several feed it
-    src.key_by(lambda v: v["g"], name="by-g2").window(TumblingWindows(1_000)).count(name="windowed")
+    src = p.source(Topic("in"), name="in",
+                   watermarks=WatermarkStrategy.bounded_out_of_orderness(10, timestamp="ts", idle_timeout_ms=1_000))
+    src.count(name="per-key")
+    src.key_by(lambda v: v["g"], name="by-g").count(name="rolling")
+    src.window(TumblingWindows(1_000, clock="processing")).count(name="wall")
     issues = {i.step: i.reason for i in check_contract(p)}
-    assert list(issues) == ["rolling"]
-    assert "repartition topic" in issues["rolling"] and "interleaves" in issues["rolling"]
+    assert issues == {"in": "its idle timeout depends on the wall clock of live processing",
+                      "wall": "processing-time windows fire on the wall clock"}
 
 
 def test_a_step_reading_topics_of_two_stages_is_refused_with_the_fix() -> None:
