@@ -10,9 +10,10 @@ Uses the broker ``FW_BOOTSTRAP_SERVERS`` names, else starts a local broker of it
 ports (and stops it). The cases (``--cases``, comma-separated):
 
 - ``keyed-none``: a count per key, no repartition, ``--output none``;
-- ``keyed-topic``: the same, ``--output topic --output-suffix -x``;
+- ``keyed-topic``: the same, ``--output topic --output-suffix -x<run>`` (new topics each run: the
+  same backfill again writes nothing);
 - ``repartition-topic``: even/odd sums through a repartition topic (two stages) and the count,
-  ``--output topic --output-suffix -x``.
+  ``--output topic --output-suffix -x<run>``.
 
 This module is also the pipelines' module (``benchmarks.replay_start:keyed``): importing it
 does nothing else. Prints one line per run and a table of the medians (also as JSON with
@@ -108,6 +109,8 @@ def _produce(bootstrap: str, topic: str, records: int) -> None:
 def _replay(case: str, env: dict[str, str]) -> tuple[float, float | None]:
     """Seconds from the command to its end, and the job's own seconds (its ``done`` line)."""
     target, args = CASES[case]
+    # a backfill into topics of its own each time: the same one again would write nothing
+    args = [f"-x{uuid.uuid4().hex[:8]}" if a == "-x" else a for a in args]
     started = time.monotonic()
     done = _fw("replay", f"benchmarks.replay_start:{target}", "--allow-nondeterministic", *args, env=env)
     wall = time.monotonic() - started

@@ -92,7 +92,9 @@ def read_committed(
         "logger": CLIENT_LOG,
         "bootstrap.servers": bootstrap, "group.id": f"fw-reader-{uuid.uuid4().hex[:12]}",
         "isolation.level": "read_committed", "enable.auto.commit": False,
-        "enable.partition.eof": True, "auto.offset.reset": "earliest", **(extra or {}),
+        "enable.partition.eof": True, "auto.offset.reset": "earliest",
+        # at a partition's end the broker holds a fetch this long before it says so (500 ms by default)
+        "fetch.wait.max.ms": 20, **(extra or {}),
     })
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)
@@ -115,7 +117,9 @@ def read_committed(
                 wanted = f"{expected_count} records" if expected_count is not None else "the end"
                 raise KafkaClientError(f"read {len(out)} records of {topic!r} in {timeout_s}s, "
                                        f"waiting for {wanted}")
-            for msg in consumer.consume(1000, min(left, 0.5)):
+            # what is there now, else wait for one: a wait for a full batch held every short
+            # read (a small topic, a partition's end) to the timeout
+            for msg in consumer.consume(1000, 0) or consumer.consume(1, min(left, 0.5)):
                 err = msg.error()
                 if err is None:
                     out.append((msg.key(), msg.value()))

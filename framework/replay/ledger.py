@@ -178,7 +178,7 @@ def record(settings: Mapping[str, Any], service: str, backfill: Backfill) -> Non
     topic = ledger_topic(service)
     ensure_topics(admin_client(settings), [TopicSpec(topic, 1, {"cleanup.policy": "compact"})])
     produce_values(settings["bootstrap.servers"], topic, [(backfill.id.encode(), backfill.to_json())],
-                   extra=_extra(settings))
+                   extra=_written(settings))
 
 
 def forget(settings: Mapping[str, Any], service: str, backfills: Iterable[Backfill]) -> None:
@@ -187,7 +187,7 @@ def forget(settings: Mapping[str, Any], service: str, backfills: Iterable[Backfi
     if not gone:
         return
     produce_values(settings["bootstrap.servers"], ledger_topic(service), [(b.id.encode(), None) for b in gone],
-                   extra=_extra(settings))
+                   extra=_written(settings))
     for b in gone:
         delete_group(settings, backfill_group(service, b.id))
 
@@ -223,3 +223,10 @@ def clean(settings: Mapping[str, Any], service: str) -> list[str]:
 
 def _extra(settings: Mapping[str, Any]) -> dict[str, str]:
     return {k: v for k, v in settings.items() if k != "bootstrap.servers"}
+
+
+def _written(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A ledger write's producer: not idempotent. A retry's duplicate is the same record under
+    the same key (compaction keeps one), and an idempotent producer waits about 0.5 s for its
+    producer id before the first record goes (librdkafka's timer)."""
+    return {**_extra(settings), "enable.idempotence": False}
