@@ -209,7 +209,8 @@ class StageTask:
                     or time.monotonic() - committed_at >= self.plan.commit_interval_s):
                 self.writer.commit(done)
                 since_commit, committed_at = 0, time.monotonic()
-            if self.hold_after is not None and output.count >= self.hold_after:
+            if self.hold_after is not None and output.count >= self.hold_after and (
+                    self.writer is None or since_commit == 0):  # a writer's: once they are committed
                 _hold(f"stage {self.stage} task {self.pid} holds after {output.count} outputs ({done} records)")
         self.counts["read"], self.counts["outputs"] = done, output.count
         yield from self._finish(done, skip)
