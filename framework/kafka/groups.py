@@ -103,38 +103,38 @@ def delete_group(settings: Mapping[str, Any], group: str, timeout_s: float = 30.
                 raise KafkaClientError(f"cannot delete consumer group {group!r}: {exc}") from exc
 
 
-def end_offsets(settings: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 30.0) -> dict[TP, int]:
-    """The next offset of every partition of ``topics``."""
+def _watermarks(settings: Mapping[str, Any], topics: Iterable[str],
+                timeout_s: float) -> dict[str, dict[int, tuple[int, int]] | None]:
+    """Each partition's ``(low, high)`` watermarks for every one of ``topics``; None for a
+    topic that does not exist."""
     consumer = Consumer({"logger": CLIENT_LOG, **settings, "group.id": "fw-ends", "enable.auto.commit": False})
     try:
         md = consumer.list_topics(timeout=timeout_s)
-        out = {}
+        out: dict[str, dict[int, tuple[int, int]] | None] = {}
         for topic in topics:
             info = md.topics.get(topic)
-            if info is None or info.error is not None:
-                raise KafkaClientError(f"topic {topic!r} does not exist")
-            for p in info.partitions:
-                out[(topic, p)] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+            out[topic] = None if info is None or info.error is not None else {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in info.partitions}
         return out
     finally:
         consumer.close()
+
+
+def end_offsets(settings: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 30.0) -> dict[TP, int]:
+    """The next offset of every partition of ``topics``."""
+    out = {}
+    for topic, marks in _watermarks(settings, topics, timeout_s).items():
+        if marks is None:
+            raise KafkaClientError(f"topic {topic!r} does not exist")
+        out.update({(topic, p): high for p, (_, high) in marks.items()})
+    return out
 
 
 def held_records(settings: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 30.0) -> dict[str, int]:
     """How many records each of ``topics`` holds (its partitions' ends less their starts;
     records of aborted transactions count): 0 for a topic that does not exist."""
-    consumer = Consumer({"logger": CLIENT_LOG, **settings, "group.id": "fw-ends", "enable.auto.commit": False})
-    try:
-        md = consumer.list_topics(timeout=timeout_s)
-        out = {}
-        for topic in topics:
-            info = md.topics.get(topic)
-            parts = info.partitions if info is not None and info.error is None else {}
-            marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in parts]
-            out[topic] = sum(high - low for low, high in marks)
-        return out
-    finally:
-        consumer.close()
+    return {topic: sum(high - low for low, high in (marks or {}).values())
+            for topic, marks in _watermarks(settings, topics, timeout_s).items()}
 
 
 def recreate_topics(settings: Mapping[str, Any], topics: Mapping[str, tuple[int, Mapping[str, str]]],
