@@ -19,7 +19,8 @@ its id), says which backfills wrote where, over which range, and whether they co
 - else a new backfill, recorded as running before Spark starts and complete when the job
   ends (its marker group then goes).
 
-Pure decisions here; the Kafka reads and writes go through ``framework.kafka``.
+The decisions (``decide``) are pure; the ledger's reads and writes, below them, go through
+``framework.kafka``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from framework.errors import ConfigError
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
 from framework.kafka.groups import delete_group
+from framework.kafka.inspect import Cluster
 from framework.kafka.io import delete_topics, produce_values, read_committed
 from framework.replay.plan import backfill_group
 
@@ -159,8 +162,6 @@ def now_text() -> str:
 
 def read_ledger(settings: Mapping[str, Any], service: str) -> list[Backfill]:
     """Every backfill of ``service`` the ledger holds (none when it has no ledger yet)."""
-    from framework.kafka.admin import admin_client, topic_partitions
-
     topic = ledger_topic(service)
     if not topic_partitions(admin_client(settings), [topic]):
         return []
@@ -173,8 +174,6 @@ def read_ledger(settings: Mapping[str, Any], service: str) -> list[Backfill]:
 
 def record(settings: Mapping[str, Any], service: str, backfill: Backfill) -> None:
     """Write ``backfill`` as the ledger's record of it (the ledger is created when missing)."""
-    from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
-
     topic = ledger_topic(service)
     ensure_topics(admin_client(settings), [TopicSpec(topic, 1, {"cleanup.policy": "compact"})])
     produce_values(settings["bootstrap.servers"], topic, [(backfill.id.encode(), backfill.to_json())],
@@ -202,9 +201,6 @@ def clean(settings: Mapping[str, Any], service: str) -> list[str]:
     """``fw replay --clean``: the service's ledger and every replay marker group (this
     version's ``<service>-backfill-<id>``, and ``<service>-replay-<run>`` of earlier ones).
     Returns what went."""
-    from framework.kafka.admin import admin_client, topic_partitions
-    from framework.kafka.inspect import Cluster
-
     cluster = Cluster(settings)
     try:
         groups = [g for g in cluster.groups() if g.startswith((f"{service}-backfill-", f"{service}-replay-"))]
@@ -212,7 +208,6 @@ def clean(settings: Mapping[str, Any], service: str) -> list[str]:
         cluster.close()
     for g in groups:
         delete_group(settings, g)
-
     removed = [f"consumer group {g}" for g in sorted(groups)]
     topic = ledger_topic(service)
     if topic_partitions(admin_client(settings), [topic]):
