@@ -20,7 +20,7 @@ from framework.errors import (
     SerializationError,
     StateError,
 )
-from framework.pipeline import CoProcessFunction, Pipeline, ProcessContext, ProcessFunction, Stream, Topic
+from framework.pipeline import CoProcessFunction, Pipeline, ProcessContext, ProcessFunction, Stream, Table, Topic
 from framework.serde import AvroSerde, BytesSerde, CustomType, IntSerde, JsonSerde, StringSerde, load_schema
 from framework.state.views import ListState, MapState, ValueState
 from framework.testing import TestDriver, TestRecord
@@ -66,6 +66,7 @@ __all__ = [
     "StateError",
     "Stream",
     "StringSerde",
+    "Table",
     "TestDriver",
     "TestRecord",
     "Topic",

@@ -17,6 +17,7 @@ from framework.operators.aggregate import build_aggregate
 from framework.operators.basic import build_filter, build_flat_map, build_key_by, build_map, build_peek, build_sink
 from framework.operators.join import build_interval_join, build_window_join
 from framework.operators.process import build_co_process, build_process
+from framework.operators.table import build_table, build_table_join
 from framework.operators.windows import build_window
 from framework.pipeline import steps as S
 
@@ -39,11 +40,13 @@ _ONE_INPUT: dict[type[S.Step], Builder] = {
     S.Process: build_process,
     S.WindowStep: build_window,
     S.Union: _union,
+    S.Table: build_table,
 }
 _TWO_INPUTS: dict[type[S.Step], MultiBuilder] = {
     S.CoProcess: build_co_process,
     S.IntervalJoin: build_interval_join,
     S.WindowJoin: build_window_join,
+    S.TableJoin: build_table_join,
 }
 
 

@@ -65,6 +65,13 @@ class TaskContext:
         """Call ``fn(watermark)`` whenever ``step``'s watermark advances."""
         self.clock_for(step).listeners.append((self.order[step], fn))
 
+    def on_input_watermark(self, step: str, parent: str, fn: Callable[[int], None]) -> None:
+        """Call ``fn(watermark)`` whenever the watermark of the inputs reaching ``step``'s
+        parent ``parent`` advances. Its clock is saved in checkpoints as ``<step>/<parent>``
+        (a name no step can have)."""
+        clock = self.time.clock(self.pipeline.step_inputs(parent), f"{step}/{parent}")
+        clock.listeners.append((self.order[step], fn))
+
     def on_processing_time(self, step: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(now_ms)`` on every wall-clock tick of the task."""
         self.processing_listeners.append((self.order[step], fn))

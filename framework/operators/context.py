@@ -49,6 +49,11 @@ class TaskContext(Protocol):
         """Call ``fn(watermark)`` whenever ``step``'s watermark advances."""
         ...
 
+    def on_input_watermark(self, step: str, parent: str, fn: Callable[[int], None]) -> None:
+        """Call ``fn(watermark)`` whenever the watermark of ``step``'s input ``parent`` alone
+        advances (a two-input step that also waits on one side)."""
+        ...
+
     def on_processing_time(self, step: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(now_ms)`` on every wall-clock tick of the task."""
         ...

@@ -1,6 +1,6 @@
 """Pipeline definitions (pure data)."""
 
-from framework.pipeline.definition import Pipeline, Stream, Topic
+from framework.pipeline.definition import Pipeline, Stream, Table, Topic
 from framework.pipeline.functions import CoProcessFunction, ProcessContext, ProcessFunction
 
-__all__ = ["CoProcessFunction", "Pipeline", "ProcessContext", "ProcessFunction", "Stream", "Topic"]
+__all__ = ["CoProcessFunction", "Pipeline", "ProcessContext", "ProcessFunction", "Stream", "Table", "Topic"]

@@ -53,6 +53,7 @@ class Topic:
             raise PipelineError(f"invalid topic name {self.name!r}: use letters, digits, '.', '_', '-'")
 
 
+DAY_MS = 86_400_000  # a table's default history
 TIME_STORE = "_time"  # a task's watermarks; not a valid step name, so never a step's store
 
 
@@ -85,6 +86,19 @@ class Pipeline:
         t = Topic(topic) if isinstance(topic, str) else topic
         step = self._add(S.Source(self._name(name, "source"), (), t, watermarks))
         return Stream(self, step.name, t.key_serde)
+
+    def table(self, topic: Topic | str, *, history_ms: int = DAY_MS, watermarks: WatermarkStrategy | None = None,
+              name: str | None = None) -> Table:
+        """``topic`` read as a table: the latest value of each key, and its earlier values over
+        ``history_ms`` (by timestamp), for joins as of a record's time; a record with no value
+        (a tombstone) deletes its key. ``watermarks`` gives its records event timestamps: a
+        stream joined with it on event time waits for the table's updates up to each record's
+        time (docs/tables.md). Its store is named ``name`` (``table-<index>`` by default)."""
+        t = Topic(topic) if isinstance(topic, str) else topic
+        tname = self._name(name, "table")
+        source = self._add(S.Source(self._name(f"{tname}.source", "source"), (), t, watermarks))
+        return Table(self, self._add(S.Table(tname, (source.name,), _history(history_ms), t.key_serde)).name,
+                     t.key_serde)
 
     def _name(self, given: str | None, kind: str) -> str:
         name = f"{kind}-{len(self.steps)}" if given is None else given
@@ -314,10 +328,84 @@ class Stream:
         return self._then(S.WindowJoin(self._n(name, "window_join"), (self.step, other.step), windows, fn,
                                        self.key_serde))
 
+    def join(self, table: Table, fn: Callable[[Any, Any], Any], *, how: str = "inner", grace_ms: int | None = None,
+             name: str | None = None) -> Stream:
+        """Each record joined with ``table``'s value for its key: ``fn(value, row)``, same key
+        and timestamp. On event time (this stream has watermarks) the row is the table's value
+        as of the record's timestamp, and the record waits until the table's watermark has
+        passed it; ``grace_ms`` bounds that wait by this stream's own watermark. Without event
+        time, the table's latest value. ``how="left"`` also joins records the table has no row
+        for (``row`` is None); ``"inner"`` counts them (``unmatched.<step>``) and drops them.
+        The stream must be keyed like the table's topic (same key serde; the sources'
+        partition counts are checked at start)."""
+        if not isinstance(table, Table) or table.pipeline is not self.pipeline:
+            raise PipelineError("join takes a table of the same pipeline: pipeline.table(Topic(...)) or "
+                                "stream.as_table()")
+        if how not in ("inner", "left"):
+            raise PipelineError(f"join how={how!r}: use 'inner' or 'left'")
+        if grace_ms is not None and (type(grace_ms) is not int or grace_ms < 0):
+            raise PipelineError(f"grace_ms must be an int >= 0 or None, got {grace_ms!r}")
+        p = self.pipeline
+        if not same_key_bytes(self.key_serde, table.key_serde):
+            raise PipelineError(
+                f"stream {self.step!r} is keyed with {_serde_name(self.key_serde)}, table {table.step!r} with "
+                f"{_serde_name(table.key_serde)}: equal keys would reach different partitions and never meet. Fix: "
+                f"key the stream with the table's key serde (.key_by(fn, key_serde={_serde_name(table.key_serde)}))")
+        timed = any(s.watermarks is not None for s in p.upstream_sources(self.step))
+        untimed = [s.topic.name for s in p.upstream_sources(table.step) if s.watermarks is None]
+        if timed and untimed:
+            raise PipelineError(
+                f"stream {self.step!r} has event time, table {table.step!r} ({', '.join(untimed)}) has none, so "
+                "nothing says when the table is up to a record's time. Fix: pass watermarks="
+                "WatermarkStrategy.bounded_out_of_orderness(bound_ms, idle_timeout_ms=...) to pipeline.table")
+        return self._then(S.TableJoin(self._n(name, "join"), (self.step, table.step), table.step, fn, how, grace_ms,
+                                      timed, self.key_serde))
+
+    def as_table(self, *, history_ms: int = DAY_MS, name: str | None = None) -> Table:
+        """This stream as a table: each record is the new value of its key (``None`` deletes),
+        e.g. an aggregate's results. See ``Pipeline.table``."""
+        step = self._then(S.Table(self._n(name, "table"), (self.step,), _history(history_ms), self.key_serde))
+        return Table(self.pipeline, step.step, self.key_serde)
+
     def to(self, topic: Topic | str, *, name: str | None = None) -> Stream:
         """Produce every record to ``topic`` (inside the checkpoint's transaction)."""
         t = Topic(topic) if isinstance(topic, str) else topic
         return self._then(S.Sink(self._n(name, "to"), (self.step,), t))
+
+
+class Table:
+    """A keyed, versioned table inside a pipeline (``Pipeline.table``, ``Stream.as_table``):
+    join streams with it (``Stream.join``), or read its changes as a stream."""
+
+    __slots__ = ("pipeline", "step", "key_serde")
+
+    def __init__(self, pipeline: Pipeline, step: str, key_serde: Serde) -> None:
+        self.pipeline, self.step, self.key_serde = pipeline, step, key_serde
+
+    def to_stream(self) -> Stream:
+        """The table's updates as a stream, deletes included (value None)."""
+        return Stream(self.pipeline, self.step, self.key_serde)
+
+
+
+def _history(ms: int) -> int:
+    if type(ms) is not int or ms < 0:
+        raise PipelineError(f"history_ms must be an int >= 0, got {ms!r}")
+    return ms
+
+
+def same_key_bytes(a: Serde, b: Serde) -> bool:
+    """Whether two key serdes write the same bytes for the same key: the same class, and the
+    same settings where the class shows them (its ``repr``)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    return type(a).__repr__ is object.__repr__ or repr(a) == repr(b)
+
+
+def _serde_name(serde: Serde) -> str:
+    return f"{type(serde).__name__}()" if type(serde).__repr__ is object.__repr__ else repr(serde)
 
 
 class WindowedStream:

@@ -163,3 +163,33 @@ class WindowJoin(Step):
 
     def state_signature(self) -> dict[str, Any]:
         return {**super().state_signature(), "windows": _windows_signature(self.windows)}
+
+
+@dataclass(frozen=True)
+class Table(Step):
+    """A keyed, versioned table: each key's values with their timestamps over ``history_ms``
+    (``None`` values delete). Its parent is its source (a topic) or a stream (``as_table``)."""
+
+    history_ms: int = 0
+    key_serde: Serde = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "table"
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class TableJoin(Step):
+    """A stream joined with a table (parents: the stream, then the table step): each record
+    with the table's value as of its timestamp (by event time) or its latest value."""
+
+    table: str = ""
+    fn: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    how: str = "inner"
+    grace_ms: int | None = None
+    by_event_time: bool = False
+    key_serde: Serde = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "table_join"
+    stateful: ClassVar[bool] = True
+
+    @property
+    def event_time(self) -> bool:  # type: ignore[override]
+        return self.by_event_time

@@ -71,14 +71,18 @@ class WatermarkStrategy:
         return WatermarkStrategy(0, timestamp, None, idle_timeout_ms, upstream=True)
 
     def assigner(self, step: str) -> Callable[[Any, int], int] | None:
-        """``(value, kafka timestamp) -> event timestamp``; None keeps the Kafka timestamp."""
+        """``(value, kafka timestamp) -> event timestamp``; None keeps the Kafka timestamp. A
+        record with no value (a tombstone: a table's delete) has nothing to take a timestamp
+        from and keeps its Kafka timestamp."""
         spec = self.timestamp
         if spec is None:
             return None
         if isinstance(spec, str):
             field = spec
 
-            def from_field(value: Any, _kafka_ts: int) -> int:
+            def from_field(value: Any, kafka_ts: int) -> int:
+                if value is None:
+                    return kafka_ts
                 try:
                     ts = value[field]
                 except (KeyError, TypeError, IndexError) as exc:
@@ -89,7 +93,9 @@ class WatermarkStrategy:
             return from_field
         fn = spec
 
-        def from_fn(value: Any, _kafka_ts: int) -> int:
+        def from_fn(value: Any, kafka_ts: int) -> int:
+            if value is None:
+                return kafka_ts
             try:
                 ts = fn(value)
             except Exception as exc:  # noqa: BLE001 - the assigner is user code

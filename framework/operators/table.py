@@ -1,0 +1,176 @@
+"""Tables and the stream-table join by event time.
+
+A table step keeps, per key, the key's versions: ``[timestamp, value]`` pairs in timestamp
+order (a ``None`` value is a delete), in its store under the state ``table``. Versions
+whose validity ended more than ``history_ms`` before the table's time (its watermark, or
+the key's newest version without event time) are dropped when the key is next updated; the
+newest version at or before that time stays, since it is still the value there.
+
+A join step reads the table's store (the same task: stream and table are co-partitioned).
+On event time a stream record waits in the join's store until the table's watermark
+reaches its timestamp (or the join's, the minimum of the stream's and the table's without
+idle inputs, when the table's partition is idle): every table update at or before it that
+is not late has arrived, so it joins the value as of its time whatever the order in which
+the two topics were read. ``grace_ms`` bounds the wait: once the stream's
+own watermark passes ``timestamp + grace_ms`` the record joins what the table holds.
+Without event time a record joins the table's latest value when it arrives.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import TYPE_CHECKING, Any
+
+from framework.operators.aggregate import require_key
+from framework.operators.basic import user_error
+from framework.state.keys import keyed, state_prefix
+from framework.time.timers import TimerService
+from framework.time.watermarks import NO_WATERMARK, checked
+
+if TYPE_CHECKING:
+    from framework.operators.context import TaskContext
+    from framework.pipeline import steps as S
+
+TABLE_STATE = "table"
+HELD_STATE = "held"
+TABLE_PREFIX = state_prefix(TABLE_STATE)
+
+
+def as_of(versions: list[list[Any]] | None, ts: int) -> Any:
+    """The value of a key's ``versions`` at ``ts``: the newest version at or before it
+    (``None``: no version yet, or a delete)."""
+    if not versions:
+        return None
+    i = bisect_right(versions, ts, key=_ts)
+    return versions[i - 1][1] if i else None
+
+
+def latest(versions: list[list[Any]] | None) -> Any:
+    return versions[-1][1] if versions else None
+
+
+def _ts(version: list[Any]) -> int:
+    return version[0]
+
+
+def add_version(versions: list[list[Any]], ts: int, value: Any, cutoff: int) -> list[list[Any]]:
+    """``versions`` with ``[ts, value]`` in place (after versions of the same timestamp: the
+    later update wins), without the versions no lookup at or after ``cutoff`` can see. A key
+    whose only version is a delete at or before ``cutoff`` has nothing left to keep."""
+    versions.insert(bisect_right(versions, ts, key=_ts), [ts, value])
+    keep = bisect_right(versions, cutoff, key=_ts) - 1  # the newest version at or before cutoff
+    if keep > 0:
+        del versions[:keep]
+    if len(versions) == 1 and versions[0][1] is None and versions[0][0] <= cutoff:
+        return []
+    return versions
+
+
+def build_table(step: S.Table, ctx: TaskContext, down: S.Push) -> S.Push:
+    """Keep each update as a version of its key, then pass it on (the table's changes)."""
+    store, name, ks, history = ctx.store(step.name), step.name, step.key_serde.serialize, step.history_ms
+    clock, count = ctx.clock_for(name), ctx.count
+    late_metric, expired_metric = f"late_records.{name}", f"expired_records.{name}"
+
+    def push(k: Any, v: Any, ts: int) -> None:
+        if k is None:
+            require_key(k, name)
+        ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
+        wm = clock.watermark
+        skey = keyed(TABLE_PREFIX, ks(k))
+        versions = store.get(skey) or []
+        before = max(wm, versions[-1][0]) if versions else wm
+        if before != NO_WATERMARK and ts < before - history:
+            count(expired_metric)  # older than the history: no lookup may see it (as Kafka Streams)
+            return
+        if wm != NO_WATERMARK and ts <= wm:
+            count(late_metric)  # kept: later lookups see it; records already joined do not change
+        versions = add_version(versions, ts, v, max(before, ts) - history)
+        store.put(skey, versions) if versions else store.delete(skey)
+        down(k, v, ts)
+
+    return push
+
+
+def build_table_join(step: S.TableJoin, ctx: TaskContext, down: S.Push) -> dict[str, S.Push]:
+    """The stream's records joined with the table's value as of their time."""
+    name, table, fn, inner = step.name, ctx.store(step.table), step.fn, step.how == "inner"
+    ks = step.key_serde.serialize
+    unmatched = f"unmatched.{name}"
+    stream_parent, table_parent = step.parents
+
+    def joined(k: Any, v: Any, row: Any, ts: int) -> None:
+        if row is None and inner:
+            ctx.count(unmatched)
+            return
+        try:
+            out = fn(v, row)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+        down(k, out, ts)
+
+    def ignore(k: Any, v: Any, ts: int) -> None:
+        """Table updates are in the table's store already; they release nothing by themselves
+        (the join's watermark does)."""
+
+    if not step.by_event_time:
+        def latest_push(k: Any, v: Any, ts: int) -> None:
+            if k is None:
+                require_key(k, name)
+            joined(k, v, latest(table.get(keyed(TABLE_PREFIX, ks(k)))), ts)
+
+        return {stream_parent: latest_push, table_parent: ignore}
+
+    store, kd = ctx.store(name), step.key_serde.deserialize
+    clock = ctx.clock_for(name)  # min(stream, table), without idle inputs
+    held_prefix = state_prefix(HELD_STATE)
+    at_time = TimerService(store, "event")
+    grace = step.grace_ms
+    by_grace = None if grace is None else TimerService(store, "grace")
+
+    def release(kb: bytes, upto: int) -> None:
+        """Join and emit ``kb``'s held records at or before ``upto``, in timestamp order."""
+        hkey = keyed(held_prefix, kb)
+        held = store.get(hkey)
+        if not held:
+            return
+        due = [r for r in held if r[0] <= upto]
+        if not due:
+            return
+        rest = [r for r in held if r[0] > upto]
+        store.put(hkey, rest) if rest else store.delete(hkey)
+        versions, key = table.get(keyed(TABLE_PREFIX, kb)), kd(kb)
+        for ts, v in sorted(due, key=_ts):
+            try:
+                joined(key, v, as_of(versions, ts), ts)
+            except Exception as exc:  # noqa: BLE001 - user code, outside a record
+                ctx.timer_failed(name, ts, kb, exc.__cause__ or exc)
+
+    def stream_push(k: Any, v: Any, ts: int) -> None:
+        if k is None:
+            require_key(k, name)
+        ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
+        kb = ks(k)
+        if ts <= clock.watermark:  # the table is known up to here already
+            joined(k, v, as_of(table.get(keyed(TABLE_PREFIX, kb)), ts), ts)
+            return
+        hkey = keyed(held_prefix, kb)
+        store.put(hkey, [*(store.get(hkey) or ()), [ts, v]])
+        at_time.register(ts, kb)
+        if by_grace is not None:
+            by_grace.register(ts + grace, kb)  # type: ignore[operator]
+
+    def on_watermark(wm: int) -> None:
+        for t, kb, _ in at_time.due(wm):
+            release(kb, t)
+
+    ctx.on_watermark(name, on_watermark)  # the table idle: the stream's watermark alone
+    ctx.on_input_watermark(name, table_parent, on_watermark)  # the table up to a record's time
+    if by_grace is not None:
+        def on_stream_watermark(wm: int) -> None:
+            for t, kb, _ in by_grace.due(wm):
+                release(kb, t - grace)  # type: ignore[operator]
+
+        ctx.on_input_watermark(name, stream_parent, on_stream_watermark)
+
+    return {stream_parent: stream_push, table_parent: ignore}

@@ -1,0 +1,291 @@
+"""Tables and the stream-table join (docs/tables.md) on the TestDriver: the value as of a
+record's event time whatever the interleaving of the two topics, grace, history, deletes,
+inner and left joins, latest-value joins without event time, checkpoints and restores."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from framework import JsonSerde, Pipeline, StringSerde, TestDriver, Topic, WatermarkStrategy
+from framework.errors import PipelineError
+from framework.operators.table import add_version, as_of
+
+FAR = 10**12
+
+
+def bounded(bound_ms: int = 0) -> WatermarkStrategy:
+    return WatermarkStrategy.bounded_out_of_orderness(bound_ms, timestamp="ts")
+
+
+def enrich(how: str = "inner", grace_ms: int | None = None, history_ms: int = 10**9, bound: int = 0,
+           timed: bool = True) -> Pipeline:
+    """Orders joined with their customer's name as of the order's time."""
+    p = Pipeline("enrich")
+    customers = p.table(Topic("customers"), history_ms=history_ms, watermarks=bounded(bound) if timed else None,
+                        name="customers")
+    orders = p.source(Topic("orders"), watermarks=bounded(bound) if timed else None)
+    orders.join(customers, lambda o, c: [o["id"], None if c is None else c["name"]], how=how, grace_ms=grace_ms,
+                name="enrich").to(Topic("out"))
+    return p
+
+
+def joined(d: TestDriver) -> list[tuple[Any, Any, Any, int]]:
+    return sorted((r.key, r.value[0], r.value[1], r.timestamp) for r in d.output("out"))
+
+
+# -- the versioned value -------------------------------------------------------------------
+
+
+def test_as_of_is_the_newest_version_at_or_before_the_time() -> None:
+    versions = [[10, "a"], [20, None], [30, "c"]]
+    assert [as_of(versions, t) for t in (9, 10, 19, 20, 29, 30, 99)] == [None, "a", "a", None, None, "c", "c"]
+    assert as_of(None, 5) is None
+
+
+def test_a_version_of_an_equal_time_wins_and_history_keeps_the_value_at_the_cutoff() -> None:
+    v = add_version([[10, "a"], [20, "b"]], 20, "b2", cutoff=0)
+    assert v == [[10, "a"], [20, "b"], [20, "b2"]] and as_of(v, 20) == "b2"
+    # the version valid at the cutoff (15: "a") stays; older ones go
+    assert add_version([[5, "x"], [10, "a"]], 20, "b", cutoff=15) == [[10, "a"], [20, "b"]]
+    # a delete stays while a lookup may meet it, then the key goes
+    assert add_version([[10, "a"], [12, None]], 20, "b", cutoff=15) == [[12, None], [20, "b"]]
+    assert add_version([], 12, None, cutoff=15) == []
+
+
+# -- by event time, whatever the interleaving -------------------------------------------------
+
+Update = tuple[str, str, int, Any]  # ("customer" | "order", key, ts, name or order id)
+
+
+@st.composite
+def histories(draw: Any) -> list[Update]:
+    customers = draw(st.lists(st.tuples(st.just("customer"), st.sampled_from("xyz"), st.integers(0, 50),
+                                        st.sampled_from(["ann", "bob", None])), max_size=15))
+    orders = draw(st.lists(st.tuples(st.just("order"), st.sampled_from("xyz"), st.integers(0, 60)), max_size=15))
+    return customers + [(kind, k, ts, i) for i, (kind, k, ts) in enumerate(orders)]
+
+
+def expected_joins(history: list[Update], how: str) -> list[tuple[Any, Any, Any, int]]:
+    """Brute force: each order with the customer's last update at or before its time (ties:
+    the later update of the customers topic wins)."""
+    out = []
+    for kind, key, ts, oid in history:
+        if kind != "order":
+            continue
+        name = None
+        for k2, k, t, n in ((u[0], u[1], u[2], u[3]) for u in history):
+            if k2 == "customer" and k == key and t <= ts:
+                best = (t, n) if name is None or t >= name[0] else name
+                name = best
+        value = None if name is None else name[1]
+        if value is not None or how == "left":
+            out.append((key, oid, value, ts))
+    return sorted(out)
+
+
+def feed(d: TestDriver, updates: list[Update]) -> None:
+    for kind, key, ts, v in updates:
+        if kind == "customer":
+            d.pipe("customers", None if v is None else {"name": v, "ts": ts}, key=key, timestamp=ts)
+        else:
+            d.pipe("orders", {"id": v, "ts": ts}, key=key, timestamp=ts)
+
+
+@settings(deadline=None, max_examples=60)
+@given(history=histories(), order=st.sampled_from(["table-first", "orders-first", "shuffled"]),
+       how=st.sampled_from(["inner", "left"]), partitions=st.sampled_from([1, 3]), seed=st.integers(0, 10**6))
+def test_each_order_joins_the_customer_as_of_its_time_however_the_topics_interleave(
+        history: list[Update], order: str, how: str, partitions: int, seed: int) -> None:
+    """Updates of one customer keep their order in the customers topic (as in Kafka); where the
+    two topics' records fall relative to each other is what varies. The watermark bound covers
+    the disorder, so nothing is late."""
+    customers = [u for u in history if u[0] == "customer"]
+    orders = [u for u in history if u[0] == "order"]
+    if order == "table-first":
+        updates = customers + orders
+    elif order == "orders-first":
+        updates = orders + customers
+    else:
+        rng = random.Random(seed)
+        marks = sorted(rng.random() for _ in customers)
+        updates, ci = [], 0
+        picks = sorted([(m, "c") for m in marks] + [(rng.random(), "o") for _ in orders])
+        oi = 0
+        for _, side in picks:
+            if side == "c":
+                updates.append(customers[ci])
+                ci += 1
+            else:
+                updates.append(orders[oi])
+                oi += 1
+    d = TestDriver(enrich(how, bound=100), partitions=partitions)
+    feed(d, updates)
+    d.advance_watermark(FAR)
+    assert joined(d) == expected_joins(history, how)
+    assert d.metrics().get("late_records.customers", 0) == 0
+
+
+def test_an_order_waits_for_the_table_to_reach_its_time() -> None:
+    d = TestDriver(enrich())
+    d.pipe("customers", {"name": "ann", "ts": 10}, key="x", timestamp=10)
+    d.pipe("orders", {"id": 1, "ts": 30}, key="x", timestamp=30)
+    assert d.output("out") == []  # the table is at 10: an update at 20 may still come
+    d.pipe("customers", {"name": "bea", "ts": 20}, key="x", timestamp=20)
+    d.pipe("customers", {"name": "cid", "ts": 40}, key="x", timestamp=40)  # the table passes 30
+    assert joined(d) == [("x", 1, "bea", 30)]
+    assert d.state_sizes()["enrich"] == 0  # nothing held, no timer left
+
+
+def test_grace_bounds_the_wait_by_the_streams_own_watermark() -> None:
+    d = TestDriver(enrich(grace_ms=5))
+    d.pipe("customers", {"name": "ann", "ts": 10}, key="x", timestamp=10)
+    d.pipe("orders", {"id": 1, "ts": 30}, key="x", timestamp=30)
+    d.pipe("orders", {"id": 2, "ts": 34}, key="y", timestamp=34)
+    assert d.output("out") == []
+    d.pipe("orders", {"id": 3, "ts": 35}, key="y", timestamp=35)  # the orders' watermark: 34
+    assert d.output("out") == []
+    d.pipe("orders", {"id": 4, "ts": 36}, key="y", timestamp=36)  # 35: 30 + grace
+    assert joined(d) == [("x", 1, "ann", 30)]
+
+
+def test_a_late_table_update_counts_and_serves_later_records_only() -> None:
+    d = TestDriver(enrich(how="left"))
+    d.pipe("customers", {"name": "ann", "ts": 50}, key="x", timestamp=50)
+    d.pipe("orders", {"id": 1, "ts": 40}, key="x", timestamp=40)
+    d.advance_watermark(60)
+    d.pipe("customers", {"name": "old", "ts": 30}, key="x", timestamp=30)  # behind the table's watermark
+    d.pipe("orders", {"id": 2, "ts": 45}, key="x", timestamp=45)  # behind the join's watermark: joined now
+    assert joined(d) == [("x", 1, None, 40), ("x", 2, "old", 45)]
+    assert d.metrics()["late_records.customers"] == 1
+
+
+def test_a_tombstone_deletes_the_row_from_its_time_on() -> None:
+    d = TestDriver(enrich(how="left"))
+    d.pipe("customers", {"name": "ann", "ts": 10}, key="x", timestamp=10)
+    d.pipe("customers", None, key="x", timestamp=20)
+    for i, ts in enumerate((15, 25)):
+        d.pipe("orders", {"id": i, "ts": ts}, key="x", timestamp=ts)
+    d.advance_watermark(FAR)
+    assert joined(d) == [("x", 0, "ann", 15), ("x", 1, None, 25)]
+
+
+def test_an_inner_join_counts_what_it_drops() -> None:
+    d = TestDriver(enrich(how="inner"))
+    d.pipe("orders", {"id": 1, "ts": 5}, key="x", timestamp=5)
+    d.advance_watermark(FAR)
+    assert d.output("out") == [] and d.metrics()["unmatched.enrich"] == 1
+
+
+def test_history_keeps_what_a_late_record_can_still_see_and_no_more() -> None:
+    d = TestDriver(enrich(how="left", history_ms=100))
+    for ts, name in ((0, "a"), (50, "b"), (300, "c"), (500, "d")):  # at 500: what was valid from 400 on stays
+        d.pipe("customers", {"name": name, "ts": ts}, key="x", timestamp=ts)
+    d.pipe("customers", {"name": "old", "ts": 380}, key="x", timestamp=380)  # older than 500 - 100: dropped
+    for i, ts in enumerate((250, 350, 450, 600)):
+        d.pipe("orders", {"id": i, "ts": ts}, key="x", timestamp=ts)
+    d.advance_watermark(FAR)
+    assert joined(d) == [("x", 0, None, 250), ("x", 1, "c", 350), ("x", 2, "c", 450), ("x", 3, "d", 600)]
+    assert d.metrics()["expired_records.customers"] == 1
+
+
+def test_history_ms_bounds_the_versions_kept_per_key() -> None:
+    d = TestDriver(enrich(history_ms=100))
+    for ts in range(0, 1000, 10):
+        d.pipe("customers", {"name": str(ts), "ts": ts}, key="x", timestamp=ts)
+    rows = [v for k, v in d.dump()["customers"].items() if b"table" in k]
+    assert len(rows) == 1 and [t for t, _ in rows[0]] == list(range(890, 1000, 10))
+
+
+# -- without event time --------------------------------------------------------------------
+
+
+def test_without_event_time_a_record_joins_the_latest_value_on_arrival() -> None:
+    d = TestDriver(enrich(how="left", timed=False))
+    d.pipe("orders", {"id": 1}, key="x", timestamp=5)
+    d.pipe("customers", {"name": "ann"}, key="x", timestamp=100)
+    d.pipe("orders", {"id": 2}, key="x", timestamp=6)  # older than the row, joins it all the same
+    d.pipe("customers", None, key="x", timestamp=101)
+    d.pipe("orders", {"id": 3}, key="x", timestamp=7)
+    assert [r.value for r in d.output("out")] == [[1, None], [2, "ann"], [3, None]]
+
+
+# -- state: checkpoints, restores, as_table --------------------------------------------------
+
+
+def test_held_records_and_versions_survive_a_crash_and_a_lost_state_directory() -> None:
+    p = enrich()
+    d = TestDriver(p, partitions=2)
+    d.pipe("customers", {"name": "ann", "ts": 10}, key="x", timestamp=10)
+    d.pipe("orders", {"id": 1, "ts": 30}, key="x", timestamp=30)
+    d.checkpoint()
+    d.crash(lose_local_state=True)
+    d.restart()
+    d.pipe("customers", {"name": "bea", "ts": 20}, key="x", timestamp=20)
+    d.advance_watermark(FAR)
+    assert joined(d) == [("x", 1, "bea", 30)]
+
+
+def test_an_aggregate_as_a_table_joins_like_a_topic() -> None:
+    p = Pipeline("spend")
+    payments = p.source(Topic("payments"), watermarks=bounded())
+    totals = payments.sum(lambda v: v["amount"], name="totals").as_table(name="spent")
+    orders = p.source(Topic("orders"), watermarks=bounded())
+    orders.join(totals, lambda o, spent: [o["id"], spent], how="left", name="with_spent").to(Topic("out"))
+    d = TestDriver(p)
+    d.pipe("payments", {"amount": 5, "ts": 10}, key="x", timestamp=10)
+    d.pipe("payments", {"amount": 7, "ts": 20}, key="x", timestamp=20)
+    d.pipe("orders", {"id": 1, "ts": 15}, key="x", timestamp=15)
+    d.pipe("orders", {"id": 2, "ts": 25}, key="x", timestamp=25)
+    d.advance_watermark(FAR)
+    assert sorted(r.value for r in d.output("out")) == [[1, 5], [2, 12]]
+
+
+def test_a_table_reads_as_a_stream_of_its_changes() -> None:
+    p = Pipeline("changes")
+    p.table(Topic("customers"), name="customers").to_stream().map(lambda v: v is None).to(Topic("out"))
+    d = TestDriver(p)
+    d.pipe("customers", {"name": "ann"}, key="x")
+    d.pipe("customers", None, key="x")
+    assert [r.value for r in d.output("out")] == [False, True]
+
+
+# -- definition errors ---------------------------------------------------------------------
+
+
+def test_a_stream_keyed_otherwise_than_the_table_is_refused_with_the_fix() -> None:
+    p = Pipeline("bad")
+    customers = p.table(Topic("customers"), name="customers")
+    orders = p.source(Topic("orders")).key_by(lambda o: o["customer"], name="by_customer")
+    with pytest.raises(PipelineError) as err:
+        orders.join(customers, lambda o, c: o)
+    assert str(err.value) == (
+        "stream 'by_customer' is keyed with KeySerde(), table 'customers' with StringSerde(encoding='utf-8'): "
+        "equal keys would reach different partitions and never meet. Fix: key the stream with the table's key "
+        "serde (.key_by(fn, key_serde=StringSerde(encoding='utf-8')))")
+    orders2 = p.source(Topic("orders2")).key_by(lambda o: o["customer"], key_serde=StringSerde(), name="by2")
+    orders2.join(customers, lambda o, c: o)  # accepted
+
+
+def test_an_event_time_stream_needs_a_table_with_watermarks() -> None:
+    p = Pipeline("bad")
+    customers = p.table(Topic("customers"), name="customers")
+    orders = p.source(Topic("orders"), watermarks=bounded())
+    with pytest.raises(PipelineError, match=r"table 'customers' \(customers\) has none.*pass watermarks="):
+        orders.join(customers, lambda o, c: o)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"how": "outer"}, "join how='outer': use 'inner' or 'left'"),
+    ({"grace_ms": -1}, "grace_ms must be an int >= 0 or None, got -1"),
+])
+def test_join_arguments_are_checked(kwargs: dict[str, Any], message: str) -> None:
+    p = Pipeline("bad")
+    customers = p.table(Topic("customers", value_serde=JsonSerde()), name="customers")
+    with pytest.raises(PipelineError) as err:
+        p.source(Topic("orders")).join(customers, lambda o, c: o, **kwargs)
+    assert str(err.value) == message
