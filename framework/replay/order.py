@@ -3,7 +3,8 @@ step from more than one upstream partition? Pure data and pure functions: the Sp
 (``job.py``) and ``run_locally`` (``stage.py``) find the keys, this module says which steps
 to look at and what to tell the user.
 
-An order-sensitive step (rolling aggregate, process or co-process function, count window)
+An order-sensitive step (rolling aggregate, process or co-process function, count window,
+a table, a join with a table's latest value)
 that reads a repartition topic, or several source topics, sees a key's records in the order
 live processing would when all of them come from ONE upstream partition: one task of the
 stage before (for a repartition topic) or one partition of one source topic. Then a replay
@@ -45,6 +46,10 @@ class OrderCheck:
 
 def order_sensitive(step: S.Step) -> str | None:
     """What makes ``step`` order-sensitive, in words (None: it is not)."""
+    if isinstance(step, S.TableJoin) and not step.by_event_time:
+        return "a join with a table's latest value"
+    if isinstance(step, S.Table):
+        return "a table"
     if isinstance(step, ORDER_SENSITIVE):
         return {"aggregate": "a rolling aggregate", "process": "a process function",
                 "co_process": "a co-process function"}.get(step.kind, step.kind)

@@ -265,16 +265,18 @@ class Tail:
 # -- event time: records to chosen partitions, committed offsets, committed timers ----------
 
 def produce_to_partitions(bootstrap: str, topic: str, records: Iterable[tuple[Any, ...]]) -> int:
-    """Produce ``(partition, key, value)`` or ``(partition, key, value, headers)`` records,
-    each to its partition, in order within it."""
+    """Produce ``(partition, key, value)``, ``(partition, key, value, headers)`` or
+    ``(partition, key, value, headers, timestamp)`` records, each to its partition, in order
+    within it."""
     producer = Producer({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "linger.ms": 5})
     n = 0
-    for partition, key, value, *headers in records:
+    for partition, key, value, *rest in records:
+        extra = {"timestamp": rest[1]} if len(rest) > 1 else {}
         while True:
             try:
                 producer.produce(topic, key=key, value=value, partition=partition,
-                                 headers=headers[0] if headers else None)
+                                 headers=rest[0] if rest else None, **extra)
                 break
             except BufferError:
                 producer.poll(0.1)

@@ -483,3 +483,23 @@ def traced_orders() -> Pipeline:
         .key_by(lambda o: amount_band(o.amount), name="by-band").map(_banded, name="band") \
         .count(name="counts").to(Topic(f"to-bands-{s}"))
     return p
+
+
+from framework import WatermarkStrategy  # noqa: E402
+
+
+def _with_tier(order: dict[str, Any], customer: dict[str, Any] | None) -> dict[str, Any]:
+    return {"id": order["id"], "tier": None if customer is None else customer["tier"]}
+
+
+def enriched_orders() -> Pipeline:
+    """Orders (``eno-orders-<suffix>``) joined with their customer's tier as of the order's
+    time (table ``eno-customers-<suffix>``, deletes as tombstones), to ``eno-out-<suffix>``;
+    3 partitions, event time from ``ts`` with a 500 ms bound (tests/integration/tables.py)."""
+    s = _suffix()
+    p = Pipeline(f"eno-{s}")
+    wm = WatermarkStrategy.bounded_out_of_orderness(500, timestamp="ts")
+    customers = p.table(Topic(f"eno-customers-{s}", partitions=3), watermarks=wm, name="customers")
+    orders = p.source(Topic(f"eno-orders-{s}", partitions=3), watermarks=wm, name="orders")
+    orders.join(customers, _with_tier, how="left", name="enrich").to(Topic(f"eno-out-{s}"))
+    return p

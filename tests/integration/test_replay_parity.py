@@ -178,6 +178,12 @@ def chain(s: str) -> History:
     return {f"ch-in-{s}": _json(rows, 2, rng)}
 
 
+def enriched_orders(s: str) -> History:
+    from tests.integration import tables
+
+    return tables.history(s, tables.events(orders=400, customers=12, seed=14))
+
+
 @dataclass(frozen=True)
 class Case:
     target: str
@@ -202,6 +208,7 @@ CASES = [
     Case("word_counts", word_counts), Case("upgrade_v1", upgrade_v1),
     Case("upgrade_v2", upgrade_v2, reader=LIBRDKAFKA),  # two sources merged in each task
     Case("chain_upstream", chain), Case("chain_downstream", chain, upstream="chain_upstream", reader=LIBRDKAFKA),
+    Case("enriched_orders", enriched_orders),  # a stream-table join by event time
 ]
 
 

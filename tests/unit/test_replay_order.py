@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from framework import TumblingWindows
+from framework import TumblingWindows, WatermarkStrategy
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.errors import PipelineError
@@ -33,6 +33,19 @@ def test_order_sensitive_steps_after_a_repartition_or_over_several_sources_are_c
     checks = {c.step: (c.what, c.stage, c.topics) for c in order_checks(p)}
     assert checks == {"rolling": ("a rolling aggregate", 1, [p.repartition_topic("by-g")]),
                       "over-two": ("a rolling aggregate", 0, ["in", "in2"])}
+
+
+def test_a_join_with_a_tables_latest_value_is_checked_and_one_by_event_time_is_not() -> None:
+    """A join by event time waits for watermarks, so the two topics' interleaving does not
+    change it; one with the latest value takes whatever the table held when the record came."""
+    wm = WatermarkStrategy.bounded_out_of_orderness(0)
+    p = Pipeline("j")
+    latest = p.table(Topic("customers"), name="customers")
+    p.source(Topic("orders"), name="orders").join(latest, lambda o, c: o, name="now")
+    timed = p.table(Topic("accounts"), watermarks=wm, name="accounts")
+    p.source(Topic("payments"), watermarks=wm, name="payments").join(timed, lambda o, c: o, name="as-of")
+    checks = {c.step: (c.what, c.topics) for c in order_checks(p)}
+    assert checks == {"now": ("a join with a table's latest value", ["customers", "orders"])}
 
 
 def test_keys_are_shown_as_text_when_they_are_text() -> None:

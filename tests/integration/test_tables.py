@@ -1,0 +1,54 @@
+"""A stream-table join on the real broker: orders joined with their customers' tiers as of
+each order's event time, by a member SIGKILLed at random moments and once restarted without
+its local state. Read read_committed, every order is joined exactly once, with the tier the
+brute-force join gives, whatever the interleaving of the two topics' records live."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+from tests.integration import tables
+from tests.integration.harness import (
+    ServiceProcess,
+    Tail,
+    kill_at_random_after,
+    produce_to_partitions,
+    service_env,
+    wait_until,
+)
+
+TARGET = "tests.integration.pipelines:enriched_orders"
+
+
+def test_a_join_killed_at_random_moments_joins_every_order_once_as_of_its_time(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    rng = random.Random(unique)
+    evs = tables.events(orders=6_000, customers=60, seed=21)
+    want = tables.expected(evs)
+    topics = tables.history(unique, evs)
+    admin = admin_client({"bootstrap.servers": kafka_bootstrap})
+    ensure_topics(admin, [TopicSpec(t, tables.PARTITIONS) for t in topics])
+    svc = ServiceProcess(TARGET, tmp_path, "0", service_env(kafka_bootstrap, unique, checkpoint_interval_ms=50))
+    services.append(svc)
+    out = Tail(kafka_bootstrap, f"eno-out-{unique}")
+    chunks = 4
+    for c in range(chunks):  # each topic's records arrive in chunks, the customers' first or last
+        for topic, records in sorted(topics.items(), reverse=c % 2 == 1):
+            n = len(records)
+            produce_to_partitions(kafka_bootstrap, topic, records[n * c // chunks:n * (c + 1) // chunks])
+        if c == 2:
+            shutil.rmtree(svc.state_dir, ignore_errors=True)  # a lost disk: restored from the changelogs
+        progress = out.drain()
+        svc.start()
+        if c < chunks - 1:
+            kill_at_random_after(svc, lambda p=progress: out.drain() > p, rng, "joins before a random kill")
+    total = sum(want.values())
+    wait_until(lambda: out.drain() >= total, 300, f"{total} joined orders", svc.log_text)
+    assert svc.stop() == 0
+    got = [(r.key.decode(), json.loads(r.value)) for r in out.records]
+    assert sorted((k, v["id"], v["tier"]) for k, v in got) == sorted(want.elements())
+    out.close()
