@@ -13,12 +13,13 @@ from typing import Any, TypeVar, cast
 import click
 
 from framework.cli import output as out
-from framework.errors import ConfigError
+from framework.errors import ConfigError, RuntimeProblem
 from framework.ops import groups as G
 from framework.ops import state as St
 from framework.ops import tail as Tl
 from framework.ops import topics as T
 from framework.ops.targets import client_settings, is_target, load_config, load_service
+from framework.pipeline.definition import Pipeline
 
 F = TypeVar("F", bound=Callable[..., Any])
 _POSITION_HELP = "earliest, latest, a time (ISO 8601 or ms since the epoch) or topic:partition:offset[,...]"
@@ -203,18 +204,41 @@ def state() -> None:
 
 def _source_option(f: F) -> F:
     return cast(F, click.option(
-        "--source", type=click.Choice(["auto", "local", "changelog"]), default="auto", show_default=True,
-        help="local: this host's RocksDB copies (FW_STATE_DIR); changelog: rebuilt from the changelog; "
-             "auto: local copies where present, the changelog for the other partitions.")(f))
+        "--source", type=click.Choice(["auto", "live", "local", "changelog"]), default="auto", show_default=True,
+        help="live: asked of the running service over HTTP; local: this host's RocksDB copies (FW_STATE_DIR); "
+             "changelog: rebuilt from the changelog; auto: live when a member answers, else local copies where "
+             "present and the changelog for the other partitions.")(f))
 
 
-def _open(service: str, store: str, source: str, config_file: str | None) -> St.StoreReader:
+def _open(service: str, store: str, source: str, config_file: str | None,
+          live: Callable[[Pipeline, dict[str, Any]], list[St.StoreRow] | None]) -> St.StoreReader | list[St.StoreRow]:
+    """The running service's answer (``--source live``, or ``auto`` when a member answers),
+    else a reader of the local copies and changelogs."""
     if not is_target(service):
         raise ConfigError(f"fw state needs the service as module:pipeline, not {service!r}: its definition gives "
                           "the store's key and value types")
     config = load_config(config_file)
-    return St.open_store(load_service(service), store, config.state.dir, client_settings(config),
-                         cast(St.Source, source))
+    pipeline, settings = load_service(service), client_settings(config)
+    if source in ("auto", "live"):
+        rows = live(pipeline, settings)
+        if rows is not None:
+            return rows
+        if source == "live":
+            raise RuntimeProblem(f"no member of {pipeline.name!r} answers queries: the service does not run, or its "
+                                 "members' endpoints are off or unreachable from here (fw status "
+                                 f"{pipeline.name}). Fix: start it, or read --source local or changelog")
+    return St.open_store(pipeline, store, config.state.dir, settings, cast(St.Source, source))
+
+
+def _rows(opened: St.StoreReader | list[St.StoreRow], read: Callable[[St.StoreReader], list[St.StoreRow]],
+          as_json: bool) -> None:
+    if isinstance(opened, list):
+        _print_rows(opened, [], as_json)
+        return
+    try:
+        _print_rows(read(opened), opened.notes, as_json)
+    finally:
+        opened.close()
 
 
 @state.command("get")
@@ -225,28 +249,26 @@ def _open(service: str, store: str, source: str, config_file: str | None) -> St.
 @_common
 def state_get(service: str, store: str, key: str, source: str, as_json: bool, config_file: str | None) -> None:
     """The entries of KEY (the store's key type; JSON for non-string keys) in STORE of SERVICE."""
-    reader = _open(service, store, source, config_file)
-    try:
-        _print_rows(reader.get(key), reader.notes, as_json)
-    finally:
-        reader.close()
+    opened = _open(service, store, source, config_file, lambda p, s: St.ask_live(s, p, store, key))
+    _rows(opened, lambda reader: reader.get(key), as_json)
 
 
 @state.command("scan")
 @click.argument("service")
 @click.argument("store")
 @click.option("--prefix", default=None, metavar="KEY", help="Only keys whose text starts with KEY.")
-@click.option("--limit", default=100, show_default=True, help="At most this many entries (0: all).")
+@click.option("--from", "low", default=None, metavar="KEY", help="Only keys from KEY on (the key type).")
+@click.option("--to", "high", default=None, metavar="KEY", help="Only keys before KEY (the key type).")
+@click.option("--limit", default=100, show_default=True,
+              help="At most this many entries (0: all; asked of a running service: at most 10000).")
 @_source_option
 @_common
-def state_scan(service: str, store: str, prefix: str | None, limit: int, source: str, as_json: bool,
-               config_file: str | None) -> None:
-    """The entries of STORE of SERVICE, by partition and key."""
-    reader = _open(service, store, source, config_file)
-    try:
-        _print_rows(reader.scan(prefix, limit or None), reader.notes, as_json)
-    finally:
-        reader.close()
+def state_scan(service: str, store: str, prefix: str | None, low: str | None, high: str | None, limit: int,
+               source: str, as_json: bool, config_file: str | None) -> None:
+    """The entries of STORE of SERVICE: by partition and key, or (asked of a running service) in key order."""
+    opened = _open(service, store, source, config_file,
+                   lambda p, s: St.ask_live(s, p, store, prefix=prefix, low=low, high=high, limit=limit or None))
+    _rows(opened, lambda reader: reader.scan(prefix, limit or None, low, high), as_json)
 
 
 def _print_rows(rows: list[St.StoreRow], notes: list[str], as_json: bool) -> None:

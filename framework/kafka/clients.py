@@ -811,6 +811,16 @@ class ChangelogReader:
         [got] = self._c.position([TopicPartition(*tp)])
         return got.offset if got.offset >= 0 else None
 
+    def fetched_end(self, tp: TP) -> int | None:
+        """The partition's end as the last fetch saw it (the last stable offset: the reader is
+        read_committed), without asking the broker; None before a fetch or after ``close``.
+        Safe from any thread (a live query asks it of a standby's reader)."""
+        try:
+            high = self._c.get_watermark_offsets(TopicPartition(*tp), cached=True)[1]
+        except (KafkaException, RuntimeError):  # RuntimeError: the reader is closed
+            return None
+        return high if high >= 0 else None
+
     def high_watermark(self, tp: TP, timeout_s: float) -> int:
         """The partition's log end, records of unfinished transactions and markers included
         (``offsets`` gives the read_committed end)."""

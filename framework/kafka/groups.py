@@ -56,6 +56,15 @@ def stable_assignment(admin: AdminClient, group: str,
     return {m.member_id: (m.group_instance_id or m.member_id, _held(m)) for m in description.members}
 
 
+def group_members(admin: AdminClient, group: str,
+                  timeout_s: float = 10.0) -> tuple[bool, list[tuple[str, str, set[TP]]]]:
+    """Whether ``group`` is stable, and each member's ``(client id, host, assigned
+    partitions)``: who holds a partition, and (its client id) where its endpoint is."""
+    description = _describe(admin, group, timeout_s)
+    return (description.state == ConsumerGroupState.STABLE,
+            [(m.client_id, m.host, _held(m)) for m in description.members])
+
+
 def held_partitions(admin: AdminClient, group: str, timeout_s: float = 10.0) -> set[TP] | None:
     """Every partition some member of ``group`` holds now (none when the group is empty), or
     None while a rebalance is under way."""

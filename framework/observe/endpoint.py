@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Advertised", "StatusUnavailable", "broker_host", "fetch_status", "parse_client_id"]
+__all__ = ["Advertised", "StatusUnavailable", "ask_json", "broker_host", "fetch_status", "parse_client_id"]
 
 
 class StatusUnavailable(Exception):
@@ -79,3 +79,19 @@ def fetch_status(endpoint: str, timeout_s: float) -> Mapping[str, Any]:
     if not isinstance(document, dict):
         raise StatusUnavailable("/status did not answer a JSON object")
     return document
+
+
+def ask_json(url: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> tuple[int, Any]:
+    """GET ``url``: ``(HTTP status, JSON body)``, or ``(0, what went wrong)`` when no JSON
+    answer came (unreachable, timed out, not JSON). Error statuses are answers too."""
+    request = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read() or b"null")
+        except ValueError:
+            return exc.code, f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:  # refused, reset, timed out, not JSON
+        return 0, f"{type(exc).__name__}: {exc}"

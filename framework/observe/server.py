@@ -1,6 +1,7 @@
 """The member's HTTP endpoint: status page, ``/metrics``, ``/health``, ``/ready``, ``/status``,
-``/history`` (docs/observability.md). A standard-library server in a daemon thread; it
-only reads what the processing loop published, so it never slows or blocks the loop."""
+``/history`` (docs/observability.md) and the live queries of its stores, ``/stores/...``
+(docs/queries.md). A standard-library server in a daemon thread; it reads what the
+processing loop published, and the stores' committed data, so it never blocks the loop."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import errno
 import json
 import logging
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, Protocol
@@ -28,6 +30,15 @@ class Source(Protocol):
     def history_doc(self) -> dict[str, Any] | None: ...
 
 
+FORWARDED = "X-FW-Forwarded"  # marks a query one member passed to another: it is never passed on
+
+
+class Queries(Protocol):
+    """What answers ``/stores/...`` (``framework.runtime.queries.LiveQueries``)."""
+
+    def answer(self, path: str, params: dict[str, str], forwarded: bool) -> tuple[int, dict[str, Any]]: ...
+
+
 def _page() -> bytes:
     try:
         return resources.files("framework.observe").joinpath("static/status.html").read_bytes()
@@ -38,9 +49,9 @@ def _page() -> bytes:
 class StatusServer:
     """Serves ``source`` on ``host:port``. ``port=None``: 9400, or a free port when 9400 is taken."""
 
-    def __init__(self, source: Source, host: str, port: int | None) -> None:
+    def __init__(self, source: Source, host: str, port: int | None, queries: Queries | None = None) -> None:
         self.source = source
-        handler = _handler(source)
+        handler = _handler(source, queries)
         try:
             self.httpd = ThreadingHTTPServer((host, DEFAULT_PORT if port is None else port), handler)
         except OSError as exc:
@@ -71,14 +82,15 @@ class StatusServer:
         self.httpd.server_close()
 
 
-def _handler(source: Source) -> type[BaseHTTPRequestHandler]:
+def _handler(source: Source, queries: Queries | None) -> type[BaseHTTPRequestHandler]:
     page = _page()
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "fw-status"
 
         def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0].rstrip("/") or "/"
+            path, _, query = self.path.partition("?")
+            path = path.rstrip("/") or "/"
             try:
                 if path == "/":
                     self._send(200, page, "text/html; charset=utf-8")
@@ -91,8 +103,13 @@ def _handler(source: Source) -> type[BaseHTTPRequestHandler]:
                     self._json(200, source.snapshot())
                 elif path == "/history" and (doc := source.history_doc()) is not None:
                     self._json(200, doc)
+                elif queries is not None and (path == "/stores" or path.startswith("/stores/")):
+                    params = {k: v[-1] for k, v in urllib.parse.parse_qs(query, keep_blank_values=True).items()}
+                    self._json(*queries.answer(path, params, self.headers.get(FORWARDED) is not None))
                 else:
-                    self._json(404, {"error": f"no {path}; try /, /metrics, /health, /ready, /status, /history"})
+                    stores = ", /stores/<store>[/<key>]" if queries is not None else ""
+                    self._json(404, {"error": f"no {path}; try /, /metrics, /health, /ready, /status, /history"
+                                              f"{stores}"})
             except Exception as exc:
                 log.exception("status endpoint: %s failed", path)
                 self._json(500, {"error": f"{type(exc).__name__}: {exc}"})

@@ -12,14 +12,13 @@ import glob
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import multiprocess
 
+from framework.observe.endpoint import ask_json
 from framework.observe.metrics import exposition
 
 _TIMEOUT_S = 3.0
@@ -64,13 +63,7 @@ class Children:
         def get(url: str | None) -> tuple[int, Any]:
             if url is None:
                 return 0, "starting: no endpoint yet"
-            try:
-                with urllib.request.urlopen(url + path, timeout=_TIMEOUT_S) as resp:
-                    return resp.status, json.loads(resp.read())
-            except urllib.error.HTTPError as exc:
-                return exc.code, json.loads(exc.read() or b"null")
-            except (OSError, ValueError) as exc:
-                return 0, f"{type(exc).__name__}: {exc}"
+            return ask_json(url + path, _TIMEOUT_S)
 
         with ThreadPoolExecutor(max_workers=max(len(endpoints), 1)) as pool:
             answers = list(pool.map(get, endpoints.values()))

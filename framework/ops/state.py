@@ -8,8 +8,11 @@ Where each store partition is read from (``source``):
 - ``changelog``: rebuilt in memory from the store's changelog by the runtime's own restore
   (``framework.runtime.restore.Restorer`` over a ``TaskRunner``): the committed state, as a
   member starting without local state would restore it;
-- ``auto`` (default): local copies where this host has them, the changelog for the other
-  partitions. A local copy that no longer matches the changelog (a member has written since
+- ``live``: asked of the running service over HTTP (``GET /stores/...`` of a member's
+  endpoint, found in the consumer group: docs/queries.md): the committed state its members
+  hold now;
+- ``auto`` (default): ``live`` when a member of the service answers; else local copies where
+  this host has them, the changelog for the other partitions. A local copy that no longer matches the changelog (a member has written since
   it was left, or the changelog was created anew) is read as it is, with a note.
 
 Keys are given as the store's key type and encoded with the step's key serde
@@ -20,32 +23,36 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
+from urllib.parse import quote, urlencode
 
+from framework.engine.entries import Entry, KeyFilter, Readable, StoreLayout, key_pairs, state_pairs
 from framework.engine.runner import TaskRunner
-from framework.errors import ConfigError, EnvironmentProblem, RuntimeProblem, StateError
+from framework.errors import (
+    ConfigError,
+    EnvironmentProblem,
+    KafkaClientError,
+    RuntimeProblem,
+    StateError,
+)
 from framework.kafka.admin import admin_client, topic_ids
 from framework.kafka.clients import ChangelogReader
-from framework.kafka.groups import end_offsets
+from framework.kafka.groups import end_offsets, group_members
 from framework.kafka.inspect import Cluster
-from framework.ops.entries import Entry, StoreLayout, is_timer_state, keyed_prefix, state_ids
+from framework.observe.endpoint import ask_json, parse_client_id
 from framework.pipeline.definition import Pipeline
 from framework.records import Headers
+from framework.runtime.queries import MAX_LIMIT
 from framework.runtime.restore import Restorer
-from framework.state.base import META_END, partition_path
-from framework.state.keys import prefix_end
+from framework.state.base import partition_path
 from framework.state.memory import MemoryBackend
 from framework.state.rocksdb.readonly import ReadOnlyPartition
 
-Source = Literal["auto", "local", "changelog"]
+Source = Literal["auto", "live", "local", "changelog"]
 _RESTORE_TIMEOUT_S = 300.0
-
-
-class _Readable(Protocol):
-    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]: ...
 
 
 @dataclass(frozen=True)
@@ -63,45 +70,34 @@ class StoreReader:
     """The partitions of one store, each from its source; ``notes`` say what to know about them."""
 
     layout: StoreLayout
-    partitions: dict[int, tuple[str, _Readable]]
+    partitions: dict[int, tuple[str, Readable]]
     notes: list[str] = field(default_factory=list)
     _opened: list[ReadOnlyPartition] = field(default_factory=list)
 
     def get(self, key: str) -> list[StoreRow]:
         """Every state entry of record key ``key`` (one per state name, window or map key)."""
-        raw = self.layout.encode_key(key)
-        rows = []
-        for p, (source, part) in sorted(self.partitions.items()):
-            for sid in state_ids(lambda start, part=part: next((k for k, _ in part.iter_range(start, None)), None)):
-                if is_timer_state(sid):
-                    continue
-                prefix = keyed_prefix(sid, raw)
-                rows += [StoreRow(p, source, e) for k, v in part.iter_range(prefix, prefix_end(prefix))
-                         for e in self._decode(p, k, v)]
-        return rows
+        raw, layout = self.layout.encode_key(key), self.layout
+        return [StoreRow(p, source, e) for p, (source, part) in sorted(self.partitions.items())
+                for k, v in key_pairs(part, raw) for e in layout.entries(p, k, v)]
 
-    def scan(self, prefix: str | None = None, limit: int | None = None) -> list[StoreRow]:
+    def scan(self, prefix: str | None = None, limit: int | None = None, low: str | None = None,
+             high: str | None = None) -> list[StoreRow]:
         """State entries in partition and key order whose record key, as text, starts with
-        ``prefix``; at most ``limit``. Reads every entry: keys are stored length first, so
-        keys with a common prefix are not next to each other."""
+        ``prefix`` and lies from ``low`` to ``high`` (excluded; ``KeyFilter``); at most
+        ``limit``. Reads every entry: keys are stored length first, so keys with a common
+        prefix are not next to each other."""
+        layout = self.layout
+        keep = KeyFilter(prefix, None if low is None else layout.parse_key(low),
+                         None if high is None else layout.parse_key(high))
         rows: list[StoreRow] = []
         for p, (source, part) in sorted(self.partitions.items()):
-            for k, v in part.iter_range(META_END, None):
-                if is_timer_state(k[:1 + k[0]]):
-                    continue
-                for e in self._decode(p, k, v):
-                    if prefix is None or _text(e.key).startswith(prefix):
+            for k, v in state_pairs(part):
+                for e in layout.entries(p, k, v):
+                    if keep(e.key):
                         rows.append(StoreRow(p, source, e))
                         if limit is not None and len(rows) >= limit:
                             return rows
         return rows
-
-    def _decode(self, partition: int, key: bytes, value: bytes) -> list[Entry]:
-        try:
-            return list(self.layout.decode(key, value))
-        except (ValueError, IndexError) as exc:
-            raise StateError(f"store {self.layout.store!r} partition {partition}, key {key.hex()}: not in the state "
-                             f"format ({exc})") from None
 
     def close(self) -> None:
         for part in self._opened:
@@ -195,7 +191,7 @@ class _NoOutput:
 
 
 def _restore(pipeline: Pipeline, store: str, settings: Mapping[str, Any], tasks: int,
-             partitions: list[int]) -> dict[int, _Readable]:
+             partitions: list[int]) -> dict[int, Readable]:
     """``partitions`` of ``store`` rebuilt in memory from the changelogs, by the runtime's restore."""
     backend = MemoryBackend()
     runner = TaskRunner(pipeline, backend, _NoOutput(), partitions=tasks)
@@ -215,5 +211,39 @@ def _restore(pipeline: Pipeline, store: str, settings: Mapping[str, Any], tasks:
     return {p: backend.open(pipeline.name, store, p) for p in partitions}
 
 
-def _text(key: Any) -> str:
-    return key if isinstance(key, str) else str(key)
+
+_ASK_TIMEOUT_S = 15.0  # a member forwards and fans out: it may wait on the others first
+
+
+def ask_live(settings: Mapping[str, Any], pipeline: Pipeline, store: str, key: str | None = None, *,
+             prefix: str | None = None, low: str | None = None, high: str | None = None,
+             limit: int | None = None) -> list[StoreRow] | None:
+    """``fw state get`` (``key``) or ``scan`` asked of a running member of the service (any:
+    it forwards and fans out), or None when no member's endpoint answers. A member's refusal
+    (a partition restoring, an unknown store) is a ``RuntimeProblem`` with its words."""
+    StoreLayout(pipeline, store)  # an unknown store fails here, naming the known ones
+    try:
+        _, members = group_members(admin_client(settings), pipeline.name)
+    except (KafkaClientError, EnvironmentProblem):
+        return None
+    endpoints = [e for e in (parse_client_id(c, pipeline.name, h).endpoint for c, h, _ in members) if e]
+    if key is not None:
+        path = f"/stores/{quote(store, safe='')}/{quote(key, safe='')}"
+    else:
+        query = {"prefix": prefix, "from": low, "to": high, "limit": str(min(limit or MAX_LIMIT, MAX_LIMIT))}
+        path = f"/stores/{quote(store, safe='')}?{urlencode({k: v for k, v in query.items() if v is not None})}"
+    for endpoint in sorted(endpoints):
+        code, body = ask_json(endpoint + path, _ASK_TIMEOUT_S)
+        if code == 200:
+            return [_live_row(r) for r in body["entries"]]
+        if code:
+            raise RuntimeProblem(f"{endpoint}{path}: {body.get('error') if isinstance(body, dict) else body}")
+    return None
+
+
+def _live_row(row: Mapping[str, Any]) -> StoreRow:
+    lag = f", lag {row['lag_records']}" if row.get("lag_records") is not None else ""
+    source = row["member"] if row["source"] == "active" else f"{row['member']} (standby{lag})"
+    window = (row["window_start"], row["window_end"]) if "window_start" in row else None
+    return StoreRow(row["partition"], source, Entry("state", row["state"], row["key"], row["value"], window,
+                                                    row.get("map_key")))

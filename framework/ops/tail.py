@@ -4,7 +4,7 @@ Decoding, by the first that applies:
 
 - ``--service module:pipeline``: the serdes the pipeline gives the topic (a source, a sink,
   a late topic), the framework's encodings for its repartition topics (the ``key_by`` key
-  serde, the value encoding) and changelogs (store entries, ``framework.ops.entries``); a
+  serde, the value encoding) and changelogs (store entries, ``framework.engine.entries``); a
   dead letter's value as its ``fw.value.encoding`` header says (JSON, text, or a source
   record's original bytes, decoded with that source topic's serdes);
 - ``--schema NAME``: values with the Avro schema ``NAME`` (``load_schema``), single-object
@@ -27,7 +27,7 @@ from framework.errors import ConfigError, RecordCoordinates, described
 from framework.headers import VALUE_ENCODING, dead_letter_value
 from framework.kafka.inspect import Cluster, ReadRecord, TopicReader, close_matches
 from framework.kafka.offsets import resolve_positions
-from framework.ops.entries import StoreLayout
+from framework.engine.entries import StoreLayout
 from framework.ops.targets import plain, raw_bytes
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline

@@ -44,6 +44,7 @@ from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.faults import crash_point
 from framework.runtime.membership import refuse_a_taken_instance_id, unheld_backlog
 from framework.runtime.outage import Recovery
+from framework.runtime.queries import LiveQueries
 from framework.runtime.restore import Restorer
 from framework.runtime.standby import Standby
 from framework.runtime.topics import (
@@ -135,10 +136,10 @@ class Service:
         if not obs.enabled:
             return None
         self.observer = Observer(self, obs.interval_ms / 1000, obs.health_timeout_ms / 1000)
-        self.server = StatusServer(self.observer, obs.host, obs.port).start()
+        self.server = StatusServer(self.observer, obs.host, obs.port, LiveQueries(self)).start()
         host = obs.advertised_host or ("" if obs.host in ("0.0.0.0", "::") else obs.host)
         self.observer.endpoint = f"http://{host or socket.gethostname()}:{self.server.port}"
-        log.info("status endpoint %s (/ status page, /metrics, /health, /ready, /status)", self.server.url)
+        log.info("status endpoint %s (/ status page, /metrics, /health, /ready, /status, /stores)", self.server.url)
         shared = multiprocess_dir()
         if shared:  # a --processes child: tell the supervisor where its endpoint is
             path = os.path.join(shared, f"member-{self.instance_id}.json")

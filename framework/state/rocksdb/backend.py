@@ -71,9 +71,10 @@ def _locked(path: Path, label: str, exc: BaseException) -> StateError:
 
 
 class RocksDBPartition:
-    """A ``StorePartition`` over one RocksDB instance. Not thread-safe (one task owns it)."""
+    """A ``StorePartition`` over one RocksDB instance. One task owns it; other threads may
+    only ``read_chunk`` (live queries), which ``close`` waits for."""
 
-    __slots__ = ("_path", "_db", "_meta_cf", "_offset", "_changelog_id", "_format", "_scans")
+    __slots__ = ("_path", "_db", "_meta_cf", "_offset", "_changelog_id", "_format", "_scans", "_closing")
 
     def __init__(self, path: Path, options: Options, label: str = "partition") -> None:
         self._path = path
@@ -97,6 +98,9 @@ class RocksDBPartition:
         self._scans: weakref.WeakSet[Generator[tuple[bytes, bytes], None, None]] = (
             weakref.WeakSet()
         )
+        # Held by a reader of another thread for one chunk, and by close: no iterator of that
+        # thread outlives the chunk, so none keeps the database (and its LOCK) open past close.
+        self._closing = threading.Lock()
 
     @property
     def path(self) -> Path:
@@ -137,6 +141,23 @@ class RocksDBPartition:
             yield it.key(), it.value()
             it.next()
         it.status()  # raises if iteration stopped on an I/O or corruption error, not at the end
+
+    def read_chunk(self, start: bytes, end: bytes | None, n: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``n`` pairs from ``start`` (``iter_range``'s order), for a thread other than
+        the owner's: committed data only (the owner's write cache is not here), read while
+        ``close`` waits. A ``StateError`` when the partition was closed (its task moved)."""
+        with self._closing:
+            db = self._live()
+            out: list[tuple[bytes, bytes]] = []
+            scan = self._scan(db, start, end)
+            try:
+                for pair in scan:
+                    out.append(pair)
+                    if len(out) >= n:
+                        break
+            finally:
+                scan.close()
+            return out
 
     def write_batch(
         self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None,
@@ -205,6 +226,10 @@ class RocksDBPartition:
 
     def close(self) -> None:
         """Flush and release the DB and its LOCK; idempotent. Open ``iter_range``s end."""
+        with self._closing:
+            self._close()
+
+    def _close(self) -> None:
         db = self._db
         if db is None:
             return
@@ -281,6 +306,13 @@ class RocksDBBackend:
             part = RocksDBPartition(path, self._options(), label)
             self._parts[key] = part
             return part
+
+    def opened(self, service: str, store: str, partition: int) -> RocksDBPartition | None:
+        """The partition if this backend has it open now, else None (never opens one: for
+        readers outside the task, such as live queries)."""
+        with self._lock:
+            part = self._parts.get((service, store, partition))
+        return None if part is None or part.closed else part
 
     def drop(self, service: str, store: str, partition: int) -> None:
         """Close the partition if open here and delete its directory."""

@@ -15,9 +15,9 @@ import json
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from framework.errors import ConfigError
+from framework.errors import ConfigError, StateError
 from framework.pipeline import steps as S
 from framework.pipeline.definition import TIME_STORE, Pipeline
 from framework.serde import StringSerde
@@ -128,6 +128,25 @@ class StoreLayout:
         record_key, suffix = self.decode_key(rest[4:4 + n]), rest[4 + n:]
         yield from self._state_entries(state, record_key, suffix, decoded)
 
+    def entries(self, partition: int, key: bytes, value: bytes) -> list[Entry]:
+        """``decode`` of a stored pair, a ``StateError`` naming the store, the partition and
+        the key's bytes when they are not in the state format."""
+        try:
+            return list(self.decode(key, value))
+        except (ValueError, IndexError) as exc:
+            raise StateError(f"store {self.store!r} partition {partition}, key {key.hex()}: not in the state "
+                             f"format ({exc})") from None
+
+    def parse_key(self, text: str) -> Any:
+        """``text`` as a value of the store's key type, as ``encode_key`` reads it: the text
+        itself for a string serde, else JSON when it parses (``7``, ``["a",1]``)."""
+        if isinstance(self.key_serde, StringSerde):
+            return text
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
     def _state_entries(self, state: str, key: Any, suffix: bytes, value: Any) -> Iterator[Entry]:
         if suffix and self.window_size is not None and len(suffix) == 8:
             start = _U64.unpack(suffix)[0] - _BIAS
@@ -152,6 +171,66 @@ def state_ids(read_first: Any) -> Iterator[bytes]:
         sid = key[:1 + key[0]]
         yield sid
         start = prefix_end(sid)
+
+
+class Readable(Protocol):
+    """A store partition as far as reading it goes (RocksDB, read-only RocksDB, memory)."""
+
+    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]: ...
+
+
+def key_pairs(part: Readable, raw_key: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The stored pairs of record key ``raw_key`` (the key serde's bytes) in every state of
+    the partition, timers left out: one prefix scan per state id."""
+    for sid in state_ids(lambda start: next((k for k, _ in part.iter_range(start, None)), None)):
+        if not is_timer_state(sid):
+            prefix = keyed_prefix(sid, raw_key)
+            yield from part.iter_range(prefix, prefix_end(prefix))
+
+
+def state_pairs(part: Readable) -> Iterator[tuple[bytes, bytes]]:
+    """Every stored pair of the partition's states, in key order; meta entries and timers
+    left out."""
+    for k, v in part.iter_range(META_END, None):
+        if not is_timer_state(k[:1 + k[0]]):
+            yield k, v
+
+
+@dataclass(frozen=True)
+class KeyFilter:
+    """Which record keys a scan keeps: those whose text starts with ``prefix``, and those
+    from ``low`` (included) to ``high`` (excluded), each bound a value of the key type
+    (``StoreLayout.parse_key``). A key compares with a bound of its own kind (numbers with
+    numbers, strings with strings); otherwise their texts compare."""
+
+    prefix: str | None = None
+    low: Any = None
+    high: Any = None
+
+    def __call__(self, key: Any) -> bool:
+        if self.prefix is not None and not key_text(key).startswith(self.prefix):
+            return False
+        if self.low is not None and _before(key, self.low):
+            return False
+        return self.high is None or _before(key, self.high)
+
+
+def key_text(key: Any) -> str:
+    return key if isinstance(key, str) else str(key)
+
+
+def key_order(key: Any) -> tuple[int, Any]:
+    """A sort key over keys of mixed kinds: numbers, then strings, then anything by its text."""
+    if isinstance(key, (int, float)) and not isinstance(key, bool):
+        return 0, key
+    if isinstance(key, str):
+        return 1, key
+    return 2, key_text(key)
+
+
+def _before(key: Any, bound: Any) -> bool:
+    k, b = key_order(key), key_order(bound)
+    return k < b if k[0] == b[0] else key_text(key) < key_text(bound)
 
 
 def keyed_prefix(state_id: bytes, record_key: bytes) -> bytes:
