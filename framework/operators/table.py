@@ -54,10 +54,15 @@ def _ts(version: list[Any]) -> int:
 
 
 def add_version(versions: list[list[Any]], ts: int, value: Any, cutoff: int) -> list[list[Any]]:
-    """``versions`` with ``[ts, value]`` in place (after versions of the same timestamp: the
-    later update wins), without the versions no lookup at or after ``cutoff`` can see. A key
-    whose only version is a delete at or before ``cutoff`` has nothing left to keep."""
-    versions.insert(bisect_right(versions, ts, key=_ts), [ts, value])
+    """``versions`` with ``[ts, value]`` in place (replacing a version of the same timestamp:
+    the later update wins, and no lookup could see the earlier), without the versions no
+    lookup at or after ``cutoff`` can see. A key whose only version is a delete at or before
+    ``cutoff`` has nothing left to keep."""
+    i = bisect_right(versions, ts, key=_ts)
+    if i and versions[i - 1][0] == ts:
+        versions[i - 1][1] = value
+    else:
+        versions.insert(i, [ts, value])
     keep = bisect_right(versions, cutoff, key=_ts) - 1  # the newest version at or before cutoff
     if keep > 0:
         del versions[:keep]
@@ -174,3 +179,42 @@ def build_table_join(step: S.TableJoin, ctx: TaskContext, down: S.Push) -> dict[
         ctx.on_input_watermark(name, stream_parent, on_stream_watermark)
 
     return {stream_parent: stream_push, table_parent: ignore}
+
+
+def build_table_table_join(step: S.TableTableJoin, ctx: TaskContext, down: S.Push) -> dict[str, S.Push]:
+    """Two tables joined on their key into a table whose value at any time is ``fn(left at
+    that time, right at that time)``: an update of one side gives the joined value at its
+    timestamp, and again at each version of the other side up to this side's next version and
+    at that version (what an update arriving out of order changes). A time without a joined
+    value gets a delete. So the joined table's versions are the same whatever the order in
+    which the two sides' updates arrive."""
+    name, ks, fn, how = step.name, step.key_serde.serialize, step.fn, step.how
+    left_parent, right_parent = step.parents
+    stores = (ctx.store(left_parent), ctx.store(right_parent))
+
+    def combine(lv: Any, rv: Any) -> Any:
+        if (lv is None and how != "outer") or (rv is None and how == "inner") or (lv is None and rv is None):
+            return None
+        try:
+            return fn(lv, rv)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+
+    def side(i: int) -> S.Push:
+        mine_store, other_store = stores[i], stores[1 - i]
+
+        def push(k: Any, v: Any, ts: int) -> None:
+            skey = keyed(TABLE_PREFIX, ks(k))
+            mine, other = mine_store.get(skey) or [], other_store.get(skey) or []
+            nxt = bisect_right(mine, ts, key=_ts)
+            until = mine[nxt][0] if nxt < len(mine) else None
+            at = [ts] + [t for t, _ in other if t > ts and (until is None or t < until)]
+            if until is not None:
+                at.append(until)  # this side's next version: the joined value there, in case none was kept
+            for t in at:
+                sides = (as_of(mine, t), as_of(other, t))
+                down(k, combine(*(sides if i == 0 else sides[::-1])), t)
+
+        return push
+
+    return {left_parent: side(0), right_parent: side(1)}

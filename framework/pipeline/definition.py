@@ -386,6 +386,29 @@ class Table:
         """The table's updates as a stream, deletes included (value None)."""
         return Stream(self.pipeline, self.step, self.key_serde)
 
+    def join(self, other: Table, fn: Callable[[Any, Any], Any], *, how: str = "inner",
+             history_ms: int = DAY_MS, name: str | None = None) -> Table:
+        """The two tables joined on their key: a table whose value at any time is
+        ``fn(left row, right row)`` of the two rows at that time. ``how``: ``"inner"`` (a
+        value while both have a row), ``"left"`` (while this one has; ``right`` may be None)
+        or ``"outer"`` (while either has). The joined table keeps its versions over
+        ``history_ms`` and is stored under ``name``. Both tables must be keyed alike."""
+        if not isinstance(other, Table) or other.pipeline is not self.pipeline or other.step == self.step:
+            raise PipelineError("a table joins another table of the same pipeline")
+        if how not in ("inner", "left", "outer"):
+            raise PipelineError(f"table join how={how!r}: use 'inner', 'left' or 'outer'")
+        if not same_key_bytes(self.key_serde, other.key_serde):
+            raise PipelineError(
+                f"table {self.step!r} is keyed with {_serde_name(self.key_serde)}, table {other.step!r} with "
+                f"{_serde_name(other.key_serde)}: equal keys would reach different partitions and never meet. Fix: "
+                "give both topics the same key serde")
+        p = self.pipeline
+        out = p._name(name, "table")
+        join = p._add(S.TableTableJoin(p._name(f"{out}.join", "join"), (self.step, other.step), fn, how, out,
+                                       self.key_serde))
+        p._add(S.Table(out, (join.name,), _history(history_ms), self.key_serde))
+        return Table(p, out, self.key_serde)
+
 
 
 def _history(ms: int) -> int:

@@ -193,3 +193,15 @@ class TableJoin(Step):
     @property
     def event_time(self) -> bool:  # type: ignore[override]
         return self.by_event_time
+
+
+@dataclass(frozen=True)
+class TableTableJoin(Step):
+    """Two tables joined on their key (parents: the left and right table steps), feeding the
+    table step ``output`` that keeps the joined versions."""
+
+    fn: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    how: str = "inner"
+    output: str = ""
+    key_serde: Serde = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "table_table_join"

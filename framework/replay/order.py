@@ -65,12 +65,18 @@ def order_checks(pipeline: Pipeline) -> list[OrderCheck]:
     checks = []
     for step in pipeline.steps.values():
         what = order_sensitive(step)
-        if what is None:
+        if what is None or _joined_table(pipeline, step):
             continue
         inputs = sorted(pipeline.step_inputs(step.name))
         if any(stages[t] > 0 for t in inputs) or len(inputs) > 1:
             checks.append(OrderCheck(step.name, what, max(stages[t] for t in inputs), inputs))
     return checks
+
+
+def _joined_table(pipeline: Pipeline, step: S.Step) -> bool:
+    """A table two tables' join keeps: its versions are the same whatever the order of the
+    two sides' updates (``build_table_table_join``)."""
+    return isinstance(step, S.Table) and any(isinstance(pipeline.steps[p], S.TableTableJoin) for p in step.parents)
 
 
 def planned_checks(plan: ReplayPlan) -> list[OrderCheck]:

@@ -49,7 +49,7 @@ def test_as_of_is_the_newest_version_at_or_before_the_time() -> None:
 
 def test_a_version_of_an_equal_time_wins_and_history_keeps_the_value_at_the_cutoff() -> None:
     v = add_version([[10, "a"], [20, "b"]], 20, "b2", cutoff=0)
-    assert v == [[10, "a"], [20, "b"], [20, "b2"]] and as_of(v, 20) == "b2"
+    assert v == [[10, "a"], [20, "b2"]] and as_of(v, 20) == "b2"
     # the version valid at the cutoff (15: "a") stays; older ones go
     assert add_version([[5, "x"], [10, "a"]], 20, "b", cutoff=15) == [[10, "a"], [20, "b"]]
     # a delete stays while a lookup may meet it, then the key goes
@@ -252,6 +252,70 @@ def test_a_table_reads_as_a_stream_of_its_changes() -> None:
     d.pipe("customers", {"name": "ann"}, key="x")
     d.pipe("customers", None, key="x")
     assert [r.value for r in d.output("out")] == [False, True]
+
+
+# -- table-table joins -----------------------------------------------------------------------
+
+Side = tuple[str, str, int, Any]  # ("accounts" | "customers", key, ts, value or None)
+
+
+@st.composite
+def two_tables(draw: Any) -> list[Side]:
+    """Updates of two tables, each key's updates of one table in distinct times (so "the later
+    update" needs no tie rule), interleaved at random."""
+    out = []
+    for table in ("accounts", "customers"):
+        for key in "xy":
+            times = draw(st.lists(st.integers(0, 40), unique=True, max_size=6))
+            out += [(table, key, t, draw(st.sampled_from([None, 1, 2, 3]))) for t in times]
+    return draw(st.permutations(out))
+
+
+def joined_versions(d: TestDriver, store: str) -> dict[bytes, Any]:
+    return {k: v for task in d.tasks for k, v in d.dump(task.partition)[store].items() if b"table" in k}
+
+
+@settings(deadline=None, max_examples=60)
+@given(updates=two_tables(), how=st.sampled_from(["inner", "left", "outer"]))
+def test_a_table_join_is_at_every_time_the_join_of_the_two_rows_then_whatever_the_arrival_order(
+        updates: list[Side], how: str) -> None:
+    p = Pipeline("tt")
+    accounts = p.table(Topic("accounts"), name="accounts")
+    customers = p.table(Topic("customers"), name="customers")
+    joined = accounts.join(customers, lambda a, c: [a, c], how=how, name="joined")
+    joined.to_stream().to(Topic("out"))
+    results = []
+    for order in (updates, sorted(updates, key=lambda u: u[2])):
+        d = TestDriver(p)
+        for table, key, ts, v in order:
+            d.pipe(table, None if v is None else {"v": v}, key=key, timestamp=ts)
+        results.append(joined_versions(d, "joined"))
+        outputs: dict[str, list[tuple[int, Any]]] = {}
+        for r in d.output("out"):
+            outputs.setdefault(r.key, []).append((r.timestamp, r.value))
+        for key in "xy":
+            def row(table: str, t: int, key: str = key) -> Any:
+                best = max((u for u in updates if u[0] == table and u[1] == key and u[2] <= t),
+                           key=lambda u: u[2], default=None)
+                return None if best is None or best[3] is None else {"v": best[3]}
+
+            for t in range(42):
+                a, c = row("accounts", t), row("customers", t)
+                missing = (a is None and how != "outer") or (c is None and how == "inner") or (a is None and c is None)
+                mine = outputs.get(key, [])
+                latest_at = max((ts for ts, _ in mine if ts <= t), default=None)  # the last emitted wins
+                value = None if latest_at is None else [v for ts, v in mine if ts == latest_at][-1]
+                assert value == (None if missing else [a, c]), (key, t, mine)
+    assert results[0] == results[1]  # the joined table's versions, whatever the arrival order
+
+
+def test_a_table_join_is_refused_for_tables_keyed_otherwise() -> None:
+    p = Pipeline("bad")
+    a = p.table(Topic("accounts"), name="accounts")
+    c = p.table(Topic("customers", key_serde=JsonSerde()), name="customers")
+    with pytest.raises(PipelineError, match=r"^table 'accounts' is keyed with StringSerde\(encoding='utf-8'\), "
+                                            r"table 'customers' with JsonSerde\(\)"):
+        a.join(c, lambda x, y: x)
 
 
 # -- definition errors ---------------------------------------------------------------------

@@ -37,13 +37,15 @@ def test_order_sensitive_steps_after_a_repartition_or_over_several_sources_are_c
 
 def test_a_join_with_a_tables_latest_value_is_checked_and_one_by_event_time_is_not() -> None:
     """A join by event time waits for watermarks, so the two topics' interleaving does not
-    change it; one with the latest value takes whatever the table held when the record came."""
+    change it; one with the latest value takes whatever the table held when the record came.
+    Two tables' join is the same whatever the order of their updates."""
     wm = WatermarkStrategy.bounded_out_of_orderness(0)
     p = Pipeline("j")
     latest = p.table(Topic("customers"), name="customers")
     p.source(Topic("orders"), name="orders").join(latest, lambda o, c: o, name="now")
     timed = p.table(Topic("accounts"), watermarks=wm, name="accounts")
     p.source(Topic("payments"), watermarks=wm, name="payments").join(timed, lambda o, c: o, name="as-of")
+    timed.join(latest, lambda a, c: a, name="both")  # the joined table's versions do not depend on order
     checks = {c.step: (c.what, c.topics) for c in order_checks(p)}
     assert checks == {"now": ("a join with a table's latest value", ["customers", "orders"])}
 
