@@ -17,7 +17,7 @@ from framework.operators.aggregate import build_aggregate
 from framework.operators.basic import build_filter, build_flat_map, build_key_by, build_map, build_peek, build_sink
 from framework.operators.join import build_interval_join, build_window_join
 from framework.operators.process import build_co_process, build_process
-from framework.operators.table import build_table, build_table_join, build_table_table_join
+from framework.operators.table import build_global_join, build_table, build_table_join, build_table_table_join
 from framework.operators.windows import build_window
 from framework.pipeline import steps as S
 
@@ -41,6 +41,7 @@ _ONE_INPUT: dict[type[S.Step], Builder] = {
     S.WindowStep: build_window,
     S.Union: _union,
     S.Table: build_table,
+    S.GlobalTableJoin: build_global_join,
 }
 _TWO_INPUTS: dict[type[S.Step], MultiBuilder] = {
     S.CoProcess: build_co_process,

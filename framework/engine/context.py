@@ -24,10 +24,11 @@ class TaskContext:
     counters."""
 
     __slots__ = ("service", "partition", "output", "stores", "current", "pipeline", "time", "counters",
-                 "processing_listeners", "order", "task", "codec", "carried")
+                 "processing_listeners", "order", "task", "codec", "carried", "globals", "global_listeners")
 
     def __init__(self, pipeline: Any, partition: int, output: Output,
-                 stores: dict[str, CachedPartition], time: TaskClock, task: Any, codec: ValueCodec) -> None:
+                 stores: dict[str, CachedPartition], time: TaskClock, task: Any, codec: ValueCodec,
+                 globals: Any = None) -> None:
         self.pipeline = pipeline
         self.codec = codec
         self.service: str = pipeline.name
@@ -41,6 +42,8 @@ class TaskContext:
         self.processing_listeners: list[tuple[int, Callable[[int], None]]] = []
         self.order = {name: i for i, name in enumerate(pipeline.steps)}  # topological position
         self.carried = frozenset(pipeline.repartition_topics())  # whose records carry their origin
+        self.globals = globals  # the process's GlobalTables (framework.engine.globals), or None
+        self.global_listeners: list[tuple[Any, Callable[[int], None]]] = []
 
     def store(self, name: str) -> CachedPartition:
         return self.stores[name]
@@ -71,6 +74,20 @@ class TaskContext:
         (a name no step can have)."""
         clock = self.time.clock(self.pipeline.step_inputs(parent), f"{step}/{parent}")
         clock.listeners.append((self.order[step], fn))
+
+    def global_table(self, name: str) -> Any:
+        return self.globals.tables[name]
+
+    def on_global_watermark(self, table: str, step: str, fn: Callable[[int], None]) -> None:
+        gt = self.globals.tables[table]
+        gt.listeners.append(fn)
+        self.global_listeners.append((gt, fn))
+
+    def close(self) -> None:
+        """The task stops: the process's global tables no longer call it."""
+        for gt, fn in self.global_listeners:
+            gt.listeners.remove(fn)
+        self.global_listeners.clear()
 
     def on_processing_time(self, step: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(now_ms)`` on every wall-clock tick of the task."""

@@ -18,11 +18,13 @@ Dead letters, counters, the checkpoint's steps and the restore's decisions exist
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from framework.engine.context import InputRecord, Output
+from framework.engine.globals import GlobalTables
 from framework.engine.task import Handler, Task
 from framework.errors import RecordCoordinates, RecordError, StateError
 from framework.pipeline.definition import Pipeline
@@ -30,6 +32,11 @@ from framework.serde.values import ValueCodec
 from framework.state.base import STATE_FORMAT, StoreBackend, StorePartition
 
 log = logging.getLogger("framework.runner")
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
 TP = tuple[str, int]
 Fault = Callable[[str], None]
 """Called at each named point of a checkpoint (``after_changelogs``, ``after_commit``,
@@ -86,6 +93,7 @@ class TaskRunner:
         self.fail_on_error = fail_on_error
         self.fault = fault
         self.codec = ValueCodec(pipeline.types)
+        self.globals = GlobalTables(pipeline, backend, self.codec, now_ms or _wall_ms)
         self.tasks: dict[int, Task] = {}
         self.routes: dict[TP, tuple[Handler, Task, list[int]]] = {}
         self.records = 0  # processed, over the runner's life (not rolled back by aborts)
@@ -96,7 +104,8 @@ class TaskRunner:
 
     def _new_task(self, partition: int) -> Task:
         return Task(self.pipeline, partition, self.backend, self.output, codec=self.codec,
-                    partitions=self.partitions, now_ms=self.now_ms, fail_on_error=self.fail_on_error)
+                    partitions=self.partitions, now_ms=self.now_ms, fail_on_error=self.fail_on_error,
+                    globals=self.globals)
 
     def start(self, partition: int) -> Task:
         """Run the task of ``partition`` from its stores as they are (restored, or new)."""
@@ -122,6 +131,15 @@ class TaskRunner:
     def close(self) -> None:
         for partition in list(self.tasks):
             self.stop(partition)
+        self.globals.close()
+
+    # -- global tables ---------------------------------------------------------------------
+
+    def apply_global(self, records: Sequence[InputRecord]) -> int:
+        """Records of the global tables' topics (any partition, in each one's order): into
+        the tables; joins waiting for them release what the tables' watermarks now cover.
+        Returns how many were applied."""
+        return self.globals.apply(records)
 
     # -- records ---------------------------------------------------------------------------
 
@@ -165,6 +183,7 @@ class TaskRunner:
 
     def tick(self) -> bool:
         """Wall-clock work of every task. True when a checkpoint has something to commit."""
+        self.globals.tick()
         dirty = False
         for task in self.tasks.values():
             dirty = task.tick() or dirty
@@ -192,6 +211,7 @@ class TaskRunner:
         self.fault("after_commit")
         for p, task in self.tasks.items():
             task.commit_state({t: o for (t, q), o in ends.items() if q == p})
+        self.globals.commit()  # not transactional: the table and where it continues its topic
         self.fault("after_state_write")
         return n
 

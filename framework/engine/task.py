@@ -60,7 +60,7 @@ class Task:
 
     def __init__(self, pipeline: Pipeline, partition: int, backend: StoreBackend, output: Output, *,
                  codec: ValueCodec, partitions: int = 1, now_ms: Callable[[], int] | None = None,
-                 fail_on_error: bool = False) -> None:
+                 fail_on_error: bool = False, globals: Any = None) -> None:
         self.pipeline = pipeline
         self.partition = partition
         self.partitions = partitions  # tasks of the service: the partitions of its internal topics
@@ -71,7 +71,7 @@ class Task:
                        for name in pipeline.store_names()}
         self._check_state_fits()
         self.time = TaskClock(now_ms or _wall_ms)
-        self.ctx = TaskContext(pipeline, partition, output, self.stores, self.time, self, codec)
+        self.ctx = TaskContext(pipeline, partition, output, self.stores, self.time, self, codec, globals)
         self.handlers: dict[str, Handler] = self._compile()
         self.emitters = self._emitters()
         self._time_store = self.stores.get(TIME_STORE)
@@ -113,6 +113,8 @@ class Task:
                 if t.name in handlers:
                     raise PipelineError(f"topic {t.name!r} is a source twice; use one source and fan out")
                 handlers[t.name] = self._source_handler(step, down)
+            elif isinstance(step, S.GlobalTable):
+                continue  # held by the process (framework.engine.globals), not by a task
             elif isinstance(step, S.KeyBy):
                 topic = p.repartition_topic(step.name)
                 inp = self.time.input(topic, fed=True)
@@ -369,6 +371,7 @@ class Task:
         return {name: dict(store.iter_range(b"", None)) for name, store in self.stores.items()}
 
     def close(self) -> None:
+        self.ctx.close()
         for store in self.stores.values():
             store.backend.close()
 

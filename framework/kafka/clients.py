@@ -929,3 +929,57 @@ def _bad_time(topic: str, timestamp: int, limits: tuple[int | None, int | None])
         f"({setting}): the broker would refuse it", None, None,
         fix="check the timestamps of the input (a producer's clock far off?) or the step's timestamp assigner; "
             f"to accept such records, raise the topic's {setting} or make it message.timestamp.type=LogAppendTime")
+
+
+class GlobalReader:
+    """Reads every partition of the global tables' topics (read_committed), outside the
+    consumer group, from where each table's store left off: ``catch_up`` to the ends the
+    partitions had when it started, then ``poll`` what arrives."""
+
+    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+        self._c = Consumer(reader_settings(settings, group, fetch_wait_ms=20, offset_reset="earliest"))
+
+    def assign(self, starts: Mapping[TP, int | None]) -> None:
+        self._c.assign([TopicPartition(t, p, OFFSET_BEGINNING if o is None else o) for (t, p), o in starts.items()])
+
+    def poll(self, n: int) -> list[Any]:
+        """The records fetched already (no wait): messages, end-of-partition events left out."""
+        out = []
+        for msg in self._c.consume(n, 0):
+            err = msg.error()
+            if err is None:
+                out.append(msg)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                if err.fatal():
+                    raise FatalKafkaError(f"global table read failed: {err}")
+                log.warning("global table read: %s", err)
+        return out
+
+    def catch_up(self, tps: list[TP], apply: Callable[[list[Any]], Any], timeout_s: float) -> int:
+        """Read each partition to its read_committed end as of now, handing the records to
+        ``apply`` in batches; returns how many were read."""
+        ends = {tp: retry_while_not_ready(
+            lambda remaining, tp=tp: self._c.get_watermark_offsets(TopicPartition(*tp), timeout=remaining),
+            timeout_s, f"global table {tp[0]}[{tp[1]}]")[1] for tp in tps}
+        behind = {tp for tp, end in ends.items() if end > 0}
+        n = 0
+        while behind:
+            batch: list[Any] = []
+            for msg in self._c.consume(10_000, 0.5):
+                err = msg.error()
+                tp = (msg.topic(), msg.partition())
+                if err is None:
+                    batch.append(msg)
+                    if msg.offset() + 1 >= ends[tp]:
+                        behind.discard(tp)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    behind.discard(tp)
+                elif err.fatal():
+                    raise FatalKafkaError(f"global table read failed: {err}")
+            if batch:
+                apply(batch)
+                n += len(batch)
+        return n
+
+    def close(self) -> None:
+        self._c.close()

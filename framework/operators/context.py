@@ -58,6 +58,15 @@ class TaskContext(Protocol):
         """Call ``fn(now_ms)`` on every wall-clock tick of the task."""
         ...
 
+    def global_table(self, name: str) -> Any:
+        """The process's global table ``name`` (``framework.engine.globals.GlobalTable``)."""
+        ...
+
+    def on_global_watermark(self, table: str, step: str, fn: Callable[[int], None]) -> None:
+        """Call ``fn(watermark)`` whenever global table ``table``'s watermark advances, while
+        the task runs."""
+        ...
+
     def late_output(self, step: Any) -> Callable[[Any, Any, int], None]:
         """Where ``step``'s late records go."""
         ...

@@ -218,3 +218,100 @@ def build_table_table_join(step: S.TableTableJoin, ctx: TaskContext, down: S.Pus
         return push
 
     return {left_parent: side(0), right_parent: side(1)}
+
+
+def build_global_join(step: S.GlobalTableJoin, ctx: TaskContext, down: S.Push) -> S.Push:
+    """The stream's records joined with a global table's row for ``key(value)``, as of their
+    time on event time (waiting for the global table's watermark), else its latest row."""
+    name, fn, key_fn, inner = step.name, step.fn, step.key, step.how == "inner"
+    table = ctx.global_table(step.table)
+    rows, table_key = table.store, table.step.key_serde.serialize
+    unmatched = f"unmatched.{name}"
+
+    def row_key(v: Any) -> bytes:
+        try:
+            return keyed(TABLE_PREFIX, table_key(key_fn(v)))
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+
+    def joined(k: Any, v: Any, row: Any, ts: int) -> None:
+        if row is None and inner:
+            ctx.count(unmatched)
+            return
+        try:
+            out = fn(v, row)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+        down(k, out, ts)
+
+    if not step.by_event_time:
+        def latest_push(k: Any, v: Any, ts: int) -> None:
+            joined(k, v, latest(rows.get(row_key(v))), ts)
+
+        return latest_push
+
+    store, ks, kd = ctx.store(name), step.key_serde.serialize, step.key_serde.deserialize
+    clock = ctx.clock_for(name)  # the stream's
+    held_prefix = state_prefix(HELD_STATE)
+    at_time = TimerService(store, "event")
+    grace = step.grace_ms
+    by_grace = None if grace is None else TimerService(store, "grace")
+
+    def release(kb: bytes, upto: int) -> None:
+        hkey = keyed(held_prefix, kb)
+        held = store.get(hkey)
+        if not held:
+            return
+        due = [r for r in held if r[0] <= upto]
+        if not due:
+            return
+        rest = [r for r in held if r[0] > upto]
+        store.put(hkey, rest) if rest else store.delete(hkey)
+        key = kd(kb)
+        for ts, v in sorted(due, key=_ts):
+            try:
+                joined(key, v, as_of(rows.get(row_key(v)), ts), ts)
+            except Exception as exc:  # noqa: BLE001 - user code, outside a record
+                ctx.timer_failed(name, ts, kb, exc.__cause__ or exc)
+
+    def released(upto: int) -> None:
+        for t, kb, _ in at_time.due(upto):
+            release(kb, t)
+
+    def known_until() -> int:
+        """Up to when the table is known: its watermark, or the stream's when it is idle."""
+        return max(table.watermark, clock.watermark) if table.all_idle else table.watermark
+
+    def push(k: Any, v: Any, ts: int) -> None:
+        if k is None:
+            require_key(k, name)
+        ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
+        if ts <= known_until():
+            joined(k, v, as_of(rows.get(row_key(v)), ts), ts)
+            return
+        row_key(v)  # a key function that fails does so now, for this record
+        kb = ks(k)
+        hkey = keyed(held_prefix, kb)
+        store.put(hkey, [*(store.get(hkey) or ()), [ts, v]])
+        at_time.register(ts, kb)
+        if by_grace is not None:
+            by_grace.register(ts + grace, kb)  # type: ignore[operator]
+
+    def on_table(wm: int) -> None:
+        ctx.current = None  # between records: what is released has no record in hand
+        released(wm)
+
+    def on_stream(wm: int) -> None:
+        if table.all_idle:
+            released(wm)
+        if by_grace is not None:
+            for t, kb, _ in by_grace.due(wm):
+                release(kb, t - grace)  # type: ignore[operator]
+
+    def on_tick(_now: int) -> None:
+        released(known_until())  # after a restart: the table may be ahead of the held records already
+
+    ctx.on_global_watermark(step.table, name, on_table)
+    ctx.on_watermark(name, on_stream)
+    ctx.on_processing_time(name, on_tick)
+    return push

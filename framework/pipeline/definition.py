@@ -100,6 +100,23 @@ class Pipeline:
         return Table(self, self._add(S.Table(tname, (source.name,), _history(history_ms), t.key_serde)).name,
                      t.key_serde)
 
+    def global_table(self, topic: Topic | str, *, history_ms: int = DAY_MS,
+                     watermarks: WatermarkStrategy | None = None, name: str | None = None) -> GlobalTable:
+        """``topic`` read as a table that every process of the service holds whole: all its
+        partitions, read outside the consumer group, restored completely before anything is
+        processed. A stream joins it by a key taken from each record (``Stream.join(...,
+        key=...)``), so nothing needs to be co-partitioned with it. Versions, deletes,
+        ``history_ms`` and ``watermarks`` as in ``Pipeline.table`` (docs/tables.md)."""
+        t = Topic(topic) if isinstance(topic, str) else topic
+        if t.name in {s.topic.name for s in self.sources()} | {g.topic.name for g in self.global_tables()}:
+            raise PipelineError(f"topic {t.name!r} is read twice; read it once")
+        step = self._add(S.GlobalTable(self._name(name, "global_table"), (), t, watermarks, _history(history_ms),
+                                       t.key_serde))
+        return GlobalTable(self, step.name, t.key_serde)
+
+    def global_tables(self) -> list[S.GlobalTable]:
+        return [s for s in self.steps.values() if isinstance(s, S.GlobalTable)]
+
     def _name(self, given: str | None, kind: str) -> str:
         name = f"{kind}-{len(self.steps)}" if given is None else given
         if not _NAME.match(name):
@@ -328,8 +345,8 @@ class Stream:
         return self._then(S.WindowJoin(self._n(name, "window_join"), (self.step, other.step), windows, fn,
                                        self.key_serde))
 
-    def join(self, table: Table, fn: Callable[[Any, Any], Any], *, how: str = "inner", grace_ms: int | None = None,
-             name: str | None = None) -> Stream:
+    def join(self, table: Table | GlobalTable, fn: Callable[[Any, Any], Any], *, how: str = "inner",
+             grace_ms: int | None = None, key: Callable[[Any], Any] | None = None, name: str | None = None) -> Stream:
         """Each record joined with ``table``'s value for its key: ``fn(value, row)``, same key
         and timestamp. On event time (this stream has watermarks) the row is the table's value
         as of the record's timestamp, and the record waits until the table's watermark has
@@ -337,7 +354,13 @@ class Stream:
         time, the table's latest value. ``how="left"`` also joins records the table has no row
         for (``row`` is None); ``"inner"`` counts them (``unmatched.<step>``) and drops them.
         The stream must be keyed like the table's topic (same key serde; the sources'
-        partition counts are checked at start)."""
+        partition counts are checked at start). A global table is joined by ``key(value)``
+        instead, a key of its topic's key type, with no co-partitioning."""
+        if isinstance(table, GlobalTable):
+            return self._join_global(table, fn, how, grace_ms, key, name)
+        if key is not None:
+            raise PipelineError("join key=... is for a global table: a table is joined by the stream's own key "
+                                "(key_by the stream first)")
         if not isinstance(table, Table) or table.pipeline is not self.pipeline:
             raise PipelineError("join takes a table of the same pipeline: pipeline.table(Topic(...)) or "
                                 "stream.as_table()")
@@ -360,6 +383,29 @@ class Stream:
                 "WatermarkStrategy.bounded_out_of_orderness(bound_ms, idle_timeout_ms=...) to pipeline.table")
         return self._then(S.TableJoin(self._n(name, "join"), (self.step, table.step), table.step, fn, how, grace_ms,
                                       timed, self.key_serde))
+
+    def _join_global(self, table: GlobalTable, fn: Callable[[Any, Any], Any], how: str, grace_ms: int | None,
+                     key: Callable[[Any], Any] | None, name: str | None) -> Stream:
+        if table.pipeline is not self.pipeline:
+            raise PipelineError("join takes a global table of the same pipeline")
+        if key is None:
+            raise PipelineError(f"a join with global table {table.step!r} needs key=lambda value: <the table's key "
+                                "for the record>")
+        if how not in ("inner", "left"):
+            raise PipelineError(f"join how={how!r}: use 'inner' or 'left'")
+        if grace_ms is not None and (type(grace_ms) is not int or grace_ms < 0):
+            raise PipelineError(f"grace_ms must be an int >= 0 or None, got {grace_ms!r}")
+        p = self.pipeline
+        step = p.steps[table.step]
+        timed = any(s.watermarks is not None for s in p.upstream_sources(self.step))
+        if timed and step.watermarks is None:  # type: ignore[attr-defined]
+            raise PipelineError(
+                f"stream {self.step!r} has event time, global table {table.step!r} "
+                f"({step.topic.name}) has none, so nothing says when the table is up to a "  # type: ignore[attr-defined]
+                "record's time. Fix: pass watermarks=WatermarkStrategy.bounded_out_of_orderness(bound_ms, "
+                "idle_timeout_ms=...) to pipeline.global_table")
+        return self._then(S.GlobalTableJoin(self._n(name, "join"), (self.step,), table.step, key, fn, how, grace_ms,
+                                            timed, self.key_serde))
 
     def as_table(self, *, history_ms: int = DAY_MS, name: str | None = None) -> Table:
         """This stream as a table: each record is the new value of its key (``None`` deletes),
@@ -409,6 +455,16 @@ class Table:
         p._add(S.Table(out, (join.name,), _history(history_ms), self.key_serde))
         return Table(p, out, self.key_serde)
 
+
+
+class GlobalTable:
+    """A table every process holds whole (``Pipeline.global_table``): join streams with it
+    by a key taken from each record (``Stream.join(global_table, fn, key=...)``)."""
+
+    __slots__ = ("pipeline", "step", "key_serde")
+
+    def __init__(self, pipeline: Pipeline, step: str, key_serde: Serde) -> None:
+        self.pipeline, self.step, self.key_serde = pipeline, step, key_serde
 
 
 def _history(ms: int) -> int:

@@ -205,3 +205,34 @@ class TableTableJoin(Step):
     output: str = ""
     key_serde: Serde = None  # type: ignore[assignment]
     kind: ClassVar[str] = "table_table_join"
+
+
+@dataclass(frozen=True)
+class GlobalTable(Step):
+    """A table every process holds whole: all partitions of ``topic``, read outside the
+    consumer group (no parents, no task's state)."""
+
+    topic: Any = None  # framework.pipeline.Topic
+    watermarks: Any = None  # framework.time.WatermarkStrategy | None
+    history_ms: int = 0
+    key_serde: Serde = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "global_table"
+
+
+@dataclass(frozen=True)
+class GlobalTableJoin(Step):
+    """A stream joined with a global table by a key taken from each record (``key``)."""
+
+    table: str = ""
+    key: Callable[[Any], Any] = None  # type: ignore[assignment]
+    fn: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    how: str = "inner"
+    grace_ms: int | None = None
+    by_event_time: bool = False
+    key_serde: Serde = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "global_join"
+    stateful: ClassVar[bool] = True
+
+    @property
+    def event_time(self) -> bool:  # type: ignore[override]
+        return self.by_event_time

@@ -46,6 +46,12 @@ def input_stages(pipeline: Pipeline) -> dict[str, int]:
 
 def store_stages(pipeline: Pipeline) -> dict[str, int]:
     """The stage whose records reach each stateful step's store (the time store: every stage)."""
+    if pipeline.global_tables():
+        names = ", ".join(g.name for g in pipeline.global_tables())
+        raise PipelineError(
+            f"pipeline {pipeline.name!r} joins global tables ({names}), which a replay does not read yet: its tasks "
+            "would join nothing. Fix: process the history live (a new consumer group from the earliest offsets), or "
+            "use pipeline.table with a co-partitioned stream (docs/tables.md)")
     stages = input_stages(pipeline)
     out: dict[str, int] = {}
     for step in pipeline.stateful_steps():

@@ -31,8 +31,8 @@ from framework.errors import (
     OutageTooLong,
 )
 from framework.kafka.acl import Grant, denied, missing_grants
-from framework.kafka.admin import admin_client, topic_ids
-from framework.kafka.clients import TP, ChangelogReader, GroupConsumer, KafkaOutput
+from framework.kafka.admin import admin_client, topic_ids, topic_partitions
+from framework.kafka.clients import TP, ChangelogReader, GlobalReader, GroupConsumer, KafkaOutput
 from framework.kafka.connect import ClusterProbe, client_failure, wait_for_cluster
 from framework.kafka.groups import stable_assignment
 from framework.observe.metrics import multiprocess_dir
@@ -88,6 +88,7 @@ class Service:
         self.client_id: str | None = None  # what advertises the endpoint to fw status
         self.observer: Observer | None = None
         self.standby: Standby | None = None
+        self.global_reader: GlobalReader | None = None
         self.server: StatusServer | None = None
         self._stop = False
 
@@ -200,6 +201,7 @@ class Service:
         if self.static_id:
             refuse_a_taken_instance_id(self.admin, self.pipeline.name, self.static_id, self.client_id)
         self.checkpointer.start()
+        self._read_global_tables(settings, cfg)
         self.consumer.subscribe(self.inputs, self._on_assign, self._on_revoke, self._on_lost)
         failed = False
         try:
@@ -222,6 +224,26 @@ class Service:
         finally:
             self._shutdown(quiet=failed)
 
+    def _read_global_tables(self, settings: dict[str, str], cfg: Config) -> None:
+        """Every global table whole, to the ends its partitions have now, before anything is
+        processed (from where its store left off); then ``_loop`` reads what arrives."""
+        tables = self.runner.globals
+        if not tables:
+            return
+        counts = topic_partitions(self.admin, tables.topics())
+        self.global_reader = reader = GlobalReader({**settings, **cfg.kafka.consumer}, f"{self.pipeline.name}-global")
+        starts: dict[TP, int | None] = {}
+        for table in tables.tables.values():
+            topic = table.step.topic.name
+            table.set_partitions(counts[topic])
+            starts.update({(topic, p): table.positions.get(p) for p in range(counts[topic])})
+        reader.assign(starts)
+        began = time.monotonic()
+        n = reader.catch_up(list(starts), self.runner.apply_global, cfg.kafka.connect_timeout_ms / 1000)
+        tables.commit()
+        log.info("global tables %s: read %d records in %.1f s before processing", ", ".join(tables.tables), n,
+                 time.monotonic() - began)
+
     def _loop(self, until: Callable[[Service], bool] | None) -> None:
         consume, runner = self.consumer.consume, self.runner
         batch, timeout = self.config.processing.consume_batch_size, self.config.processing.consume_timeout_ms / 1000
@@ -235,7 +257,7 @@ class Service:
         next_observe = time.monotonic() + observe_s if obs is not None else float("inf")
         if obs is not None:
             obs.heartbeat, obs.looping = time.monotonic(), True
-        standby = self.standby
+        standby, global_reader = self.standby, self.global_reader
         while not self._stop and (until is None or not until(self)):
             if self._recovering():  # a broken checkpoint or an unreachable cluster: nothing else runs
                 continue
@@ -253,6 +275,11 @@ class Service:
                     standby.step(_STANDBY_BATCH, _STANDBY_WAIT_S if copying and not msgs else 0)
             if obs is not None:
                 obs.heartbeat = now
+            if global_reader is not None:
+                updates = global_reader.poll(batch)
+                if updates:
+                    runner.apply_global(updates)  # may release joins waiting for the tables
+                    ckpt.dirty = True
             if msgs:
                 stall_check = now + stall_s
                 runner.process(cast(Sequence[InputRecord], msgs), unrouted, failed)
@@ -377,6 +404,8 @@ class Service:
             self.restorer.close()
             if self.standby is not None:
                 self.standby.close()
+            if self.global_reader is not None:
+                self.global_reader.close()
             self.runner.close()
             self.backend.close_all()
             log.info("service %s instance %s stopped after %d records%s", self.pipeline.name,

@@ -64,6 +64,8 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
     sinks = {t.name: t for t in [*pipeline.sink_topics(), pipeline.dead_letter]}
     written += [TopicSpec(t.name, t.partitions or n, {**limit, **t.config}) for t in sinks.values()
                 if t.name not in counts]
+    # a global table's topic is read whole by every member: no co-partitioning asked of it
+    specs += [TopicSpec(g.topic.name, g.topic.partitions or n, dict(g.topic.config)) for g in pipeline.global_tables()]
     ensure_topics(admin, specs + written, who=principal(settings))
     return n
 
@@ -76,7 +78,7 @@ def service_grants(pipeline: Pipeline) -> list[Grant]:
     shares the prefix) and own its transactional ids (``<service>-<instance>``)."""
     grants: set[Grant] = set()
     own = {*pipeline.input_topics(), *(pipeline.changelog_topic(s) for s in pipeline.store_names())}
-    sources = {s.topic.name for s in pipeline.sources()}
+    sources = {s.topic.name for s in pipeline.sources()} | {g.topic.name for g in pipeline.global_tables()}
     sinks = {t.name for t in pipeline.sink_topics()} | {pipeline.dead_letter.name}
     for name in sources | own:
         grants.add(Grant("topic", name, "read"))
@@ -94,6 +96,7 @@ def user_topics(pipeline: Pipeline, n: int) -> dict[str, int]:
     """The topics of ``pipeline`` its user owns (sources, sinks, late topics), sorted, with the
     partition count each is created with: the sources' ``n``, a sink's own or ``n``."""
     sources = {s.topic.name: n for s in pipeline.sources()}
+    sources.update({g.topic.name: g.topic.partitions or n for g in pipeline.global_tables()})
     sinks = {t.name: t.partitions or n for t in pipeline.sink_topics() if t.name not in sources}
     return dict(sorted({**sources, **sinks}.items()))
 

@@ -168,6 +168,12 @@ class TestDriver:
                 log = self.topics.log(item.changelog[0])[p]
                 self.runner.restore(item, ((m.offset(), m.key(), m.value()) for m in log[item.start:item.end]))
             self.runner.start(p)
+        for table in self.runner.globals.tables.values():  # read whole again from where its store left off
+            table.set_partitions(self.partitions)
+            topic = table.step.topic.name
+            for p, part in enumerate(self.topics.log(topic)):
+                self.runner.apply_global(part[table.positions.get(p, 0):])
+                self.positions[(topic, p)] = len(part)
 
     @property
     def tasks(self) -> list[Task]:
@@ -181,10 +187,10 @@ class TestDriver:
     # -- input ---------------------------------------------------------------------------
 
     def _source(self, topic: str) -> Topic:
-        for s in self.pipeline.sources():
+        for s in [*self.pipeline.sources(), *self.pipeline.global_tables()]:
             if s.topic.name == topic:
                 return s.topic
-        names = [s.topic.name for s in self.pipeline.sources()]
+        names = [s.topic.name for s in [*self.pipeline.sources(), *self.pipeline.global_tables()]]
         raise PipelineError(f"{topic!r} is not a source of pipeline {self.pipeline.name!r}; sources: {names}")
 
     def pipe(self, topic: str, value: Any, *, key: Any = None, timestamp: int | datetime = 0,
@@ -241,6 +247,14 @@ class TestDriver:
 
     def _process_visible(self) -> bool:
         progressed = False
+        for table in self.pipeline.global_tables():
+            topic = table.topic.name
+            for p, part in enumerate(self.topics.log(topic)):
+                pos = self.positions.get((topic, p), 0)
+                if pos < len(part):
+                    self.runner.apply_global(part[pos:])
+                    self.positions[(topic, p)] = len(part)
+                    progressed = True
         for topic in self.inputs:
             for p, part in enumerate(self.topics.log(topic)):
                 pos = self.positions.get((topic, p), 0)
@@ -262,6 +276,9 @@ class TestDriver:
                 if topic is not None and src.topic.name != topic:
                     continue
                 task.time.force(src.topic.name, watermark)
+        for table in self.runner.globals.tables.values():
+            if topic is None or table.step.topic.name == topic:
+                table.force(watermark)
         self._settle()
 
     def advance_wall_clock(self, ms: int) -> None:

@@ -503,3 +503,20 @@ def enriched_orders() -> Pipeline:
     orders = p.source(Topic(f"eno-orders-{s}", partitions=3), watermarks=wm, name="orders")
     orders.join(customers, _with_tier, how="left", name="enrich").to(Topic(f"eno-out-{s}"))
     return p
+
+
+def _priced(order: dict[str, Any], product: dict[str, Any] | None) -> dict[str, Any]:
+    return {"id": order["id"], "price": None if product is None else product["tier"]}
+
+
+def priced_orders() -> Pipeline:
+    """Orders keyed by user (``gto-orders-<suffix>``, 4 partitions) joined with a global table
+    of products (``gto-products-<suffix>``, 3 partitions) by each order's sku, as of the order's
+    time, to ``gto-out-<suffix>`` (tests/integration/tables.py gives the history)."""
+    s = _suffix()
+    p = Pipeline(f"gto-{s}")
+    wm = WatermarkStrategy.bounded_out_of_orderness(500, timestamp="ts")
+    products = p.global_table(Topic(f"gto-products-{s}", partitions=3), watermarks=wm, name="products")
+    orders = p.source(Topic(f"gto-orders-{s}", partitions=4), watermarks=wm, name="orders")
+    orders.join(products, _priced, key=lambda o: o["sku"], how="left", name="priced").to(Topic(f"gto-out-{s}"))
+    return p

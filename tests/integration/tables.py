@@ -68,3 +68,19 @@ def expected(evs: list[Event]) -> Counter[tuple[str, int, Any]]:
         i = bisect_right(versions, ts, key=lambda u: u[0])
         out[(key, oid, versions[i - 1][2] if i else None)] += 1
     return out
+
+
+def global_history(suffix: str, evs: list[Event]) -> dict[str, list[tuple[Any, ...]]]:
+    """The same line for ``pipelines.priced_orders``: the customers' updates as products (by
+    sku, in 3 partitions), the orders keyed by one of 17 users in 4 partitions, each naming its
+    sku; the far-ahead orders left out (the products' last updates release everything)."""
+    out: dict[str, list[tuple[Any, ...]]] = {f"gto-products-{suffix}": [], f"gto-orders-{suffix}": []}
+    for kind, key, ts, v in evs:
+        if kind == "customer":
+            value = None if v is None else json.dumps({"tier": v, "ts": ts}).encode()
+            out[f"gto-products-{suffix}"].append((partition_for(key.encode(), PARTITIONS), key.encode(), value, None, ts))
+        elif v >= 0:
+            user = f"u{v % 17}".encode()
+            out[f"gto-orders-{suffix}"].append((partition_for(user, 4), user,
+                                                json.dumps({"id": v, "sku": key, "ts": ts}).encode(), None, ts))
+    return out

@@ -52,3 +52,40 @@ def test_a_join_killed_at_random_moments_joins_every_order_once_as_of_its_time(
     got = [(r.key.decode(), json.loads(r.value)) for r in out.records]
     assert sorted((k, v["id"], v["tier"]) for k, v in got) == sorted(want.elements())
     out.close()
+
+
+def test_two_members_each_hold_the_whole_global_table_and_join_by_the_records_sku(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """Orders keyed by user, products by sku, in other partition counts: each member holds
+    every product. One member is SIGKILLed at random moments and once restarted without its
+    state (its global table read whole again); every order is priced once, as of its time."""
+    rng = random.Random(unique)
+    evs = tables.events(orders=4_000, customers=40, seed=22)
+    want = sorted((oid, tier) for (_, oid, tier), n in tables.expected(evs).items() for _ in range(n))
+    topics = tables.global_history(unique, evs)
+    admin = admin_client({"bootstrap.servers": kafka_bootstrap})
+    ensure_topics(admin, [TopicSpec(f"gto-products-{unique}", 3), TopicSpec(f"gto-orders-{unique}", 4)])
+    env = service_env(kafka_bootstrap, unique, checkpoint_interval_ms=50)
+    stable = ServiceProcess("tests.integration.pipelines:priced_orders", tmp_path, "0", env)
+    victim = ServiceProcess("tests.integration.pipelines:priced_orders", tmp_path, "1", env)
+    services += [stable, victim]
+    out = Tail(kafka_bootstrap, f"gto-out-{unique}")
+    chunks = 4
+    stable.start()
+    for c in range(chunks):
+        for topic, records in sorted(topics.items(), reverse=c % 2 == 1):
+            n = len(records)
+            produce_to_partitions(kafka_bootstrap, topic, records[n * c // chunks:n * (c + 1) // chunks])
+        if c == 2:
+            shutil.rmtree(victim.state_dir, ignore_errors=True)
+        progress = out.drain()
+        victim.start()
+        if c < chunks - 1:
+            kill_at_random_after(victim, lambda p=progress: out.drain() > p, rng, "prices before a random kill")
+    wait_until(lambda: out.drain() >= len(want), 300, f"{len(want)} priced orders",
+               lambda: stable.log_text()[-3000:] + victim.log_text()[-3000:])
+    assert stable.stop() == 0 and victim.stop() == 0
+    got = sorted((json.loads(r.value)["id"], json.loads(r.value)["price"]) for r in out.records)
+    assert got == want
+    assert "global tables products: read" in victim.log_text()
+    out.close()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from framework import JsonSerde, Pipeline, StringSerde, TestDriver, Topic, WatermarkStrategy
 from framework.errors import PipelineError
 from framework.operators.table import add_version, as_of
+from framework.replay.plan import store_stages
 
 FAR = 10**12
 
@@ -316,6 +317,80 @@ def test_a_table_join_is_refused_for_tables_keyed_otherwise() -> None:
     with pytest.raises(PipelineError, match=r"^table 'accounts' is keyed with StringSerde\(encoding='utf-8'\), "
                                             r"table 'customers' with JsonSerde\(\)"):
         a.join(c, lambda x, y: x)
+
+
+# -- global tables ---------------------------------------------------------------------------
+
+
+def priced(how: str = "left", idle_ms: int | None = None, timed: bool = True, bound: int = 0) -> Pipeline:
+    """Orders (keyed by user) priced from a global table of products, by the order's sku."""
+    wm = WatermarkStrategy.bounded_out_of_orderness(bound, timestamp="ts", idle_timeout_ms=idle_ms)
+    p = Pipeline("shop")
+    products = p.global_table(Topic("products"), watermarks=wm if timed else None, name="products")
+    orders = p.source(Topic("orders"), watermarks=wm if timed else None)
+    orders.join(products, lambda o, pr: [o["id"], pr and pr["price"]], key=lambda o: o["sku"], how=how,
+                name="priced").to(Topic("out"))
+    return p
+
+
+@settings(deadline=None, max_examples=40)
+@given(history=histories(), order=st.sampled_from(["table-first", "orders-first"]), partitions=st.sampled_from([1, 3]))
+def test_a_global_table_joins_by_the_records_key_as_of_its_time_in_every_task(
+        history: list[Update], order: str, partitions: int) -> None:
+    """The same brute force as the co-partitioned join, with the table keyed by sku and the
+    orders keyed by an unrelated user: every task sees every product. The watermark bound
+    covers the disorder, so nothing is late."""
+    p = priced(bound=100)
+    d = TestDriver(p, partitions=partitions)
+    customers = [u for u in history if u[0] == "customer"]
+    orders = [u for u in history if u[0] == "order"]
+    for kind, key, ts, v in (customers + orders if order == "table-first" else orders + customers):
+        if kind == "customer":
+            d.pipe("products", None if v is None else {"price": v, "ts": ts}, key=key, timestamp=ts)
+        else:
+            d.pipe("orders", {"id": v, "sku": key, "ts": ts}, key=f"user{v % 5}", timestamp=ts)
+    d.advance_watermark(FAR)
+    got = sorted((r.value[0], r.value[1]) for r in d.output("out"))
+    assert got == sorted((oid, name) for _, oid, name, _ in expected_joins(history, "left"))
+
+
+def test_a_global_table_is_read_whole_again_after_its_store_is_lost() -> None:
+    d = TestDriver(priced(), partitions=2)
+    d.pipe("products", {"price": 5, "ts": 10}, key="a", partition=0)
+    d.pipe("products", {"price": 7, "ts": 10}, key="b", partition=1)
+    d.pipe("orders", {"id": 1, "sku": "b", "ts": 30}, key="u1")  # waits: the table is at 9
+    d.checkpoint()
+    d.crash(lose_local_state=True)
+    d.pipe("products", {"price": 8, "ts": 40}, key="b", partition=1)
+    d.pipe("products", {"price": 6, "ts": 40}, key="a", partition=0)  # both partitions past 30
+    assert [r.value for r in d.output("out")] == [[1, 7]]
+
+
+def test_an_idle_global_table_lets_the_stream_watermark_release_records() -> None:
+    d = TestDriver(priced(idle_ms=1_000), partitions=1)
+    d.pipe("products", {"price": 5, "ts": 10}, key="a")
+    d.pipe("orders", {"id": 1, "sku": "a", "ts": 30}, key="u1")
+    assert d.output("out") == []
+    d.advance_wall_clock(1_000)  # the products topic is idle: the orders' watermark (29) decides
+    d.pipe("orders", {"id": 2, "sku": "a", "ts": 31}, key="u1")
+    assert [r.value for r in d.output("out")] == [[1, 5]]
+
+
+def test_without_event_time_a_global_table_joins_its_latest_row() -> None:
+    d = TestDriver(priced(how="inner", timed=False), partitions=2)
+    d.pipe("orders", {"id": 1, "sku": "a"}, key="u1")
+    d.pipe("products", {"price": 5}, key="a")
+    d.pipe("orders", {"id": 2, "sku": "a"}, key="u2")
+    assert [r.value for r in d.output("out")] == [[2, 5]] and d.metrics()["unmatched.priced"] == 1
+
+
+def test_a_global_join_needs_its_key_and_a_replay_refuses_it() -> None:
+    p = Pipeline("bad")
+    products = p.global_table(Topic("products"), name="products")
+    with pytest.raises(PipelineError, match=r"^a join with global table 'products' needs key=lambda value"):
+        p.source(Topic("orders")).join(products, lambda o, pr: o)
+    with pytest.raises(PipelineError, match=r"joins global tables \(products\), which a replay does not read yet"):
+        store_stages(priced())
 
 
 # -- definition errors ---------------------------------------------------------------------
