@@ -376,6 +376,19 @@ def test_an_idle_global_table_lets_the_stream_watermark_release_records() -> Non
     assert [r.value for r in d.output("out")] == [[1, 5]]
 
 
+def test_a_global_tables_record_it_cannot_decode_is_one_error_line_and_the_table_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    d = TestDriver(priced(timed=False), partitions=1)
+    d.pipe_raw("products", b"{not json", key=b"a")
+    d.pipe("products", {"price": 5}, key="a")
+    d.pipe("orders", {"id": 1, "sku": "a"}, key="u1")
+    assert [r.value for r in d.output("out")] == [[1, 5]]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "framework.globals"]
+    assert line.startswith("global table products skips products[0]@0: cannot decode it (")
+    assert line.endswith("Fix: write the topic with the table's serdes (the record stays in the topic; the table "
+                         "goes on without it)")
+
+
 def test_without_event_time_a_global_table_joins_its_latest_row() -> None:
     d = TestDriver(priced(how="inner", timed=False), partitions=2)
     d.pipe("orders", {"id": 1, "sku": "a"}, key="u1")
