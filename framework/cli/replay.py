@@ -144,6 +144,12 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     settings = config.kafka.client_settings()
     sources = [s.topic.name for s in pipeline.sources()]
     ranges = {} if archive else resolve_ranges(settings, sources, start, end, group=pipeline.name)
+    tables = [g.topic.name for g in pipeline.global_tables()]
+    if tables and archive:
+        raise click.UsageError(f"{target} joins global tables ({', '.join(tables)}), which an archive does not "
+                               "hold: replay it from Kafka (leave --archive out)")
+    # a global table is read whole: from its start to where --to ends the range
+    global_ranges = resolve_ranges(settings, tables, "earliest", end, group=pipeline.name) if tables else {}
     max_bytes = producer_max_bytes(config.kafka.producer)
     # its internal topics (markers, changelogs), made as the live service makes them
     partitions = ensure_service_topics(pipeline, settings, max_message_bytes=max_bytes)
@@ -176,6 +182,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     plan = ReplayPlan(target=target, service=pipeline.name, run_id=uuid.uuid4().hex[:10],
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=partitions, ranges=ranges,
                       stages=stage_topics(pipeline), output=output, output_suffix=output_suffix, bootstrap=bootstrap,
+                      global_ranges=global_ranges,
                       archive=archive, allow_nondeterministic=allow_nondeterministic, commit_every=commit_every,
                       order_checks=[] if allow_nondeterministic else [asdict(c) for c in order_checks(pipeline)],
                       commit_interval_s=commit_interval, batch_size=batch_size,

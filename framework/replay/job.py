@@ -185,6 +185,19 @@ def _read_ranges(tasks: Iterator[tuple[int, str]], plan: ReplayPlan, report: _Re
             yield pid, run
 
 
+def _global_reader(plan: ReplayPlan) -> Any:
+    """How a task reads a global table's partition range: through the framework's Kafka
+    client, whatever ``--reader`` stage 0 uses (every task that joins it reads it whole)."""
+    from framework.kafka.clients import read_range
+
+    settings = _kafka_settings(plan)
+
+    def read(topic: str, partition: int, start: int, end: int) -> Iterator[list[Any]]:
+        return read_range(settings, plan.marker_group, topic, partition, start, end, batch=plan.batch_size)
+
+    return read
+
+
 def _range_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, str]]:
     """The ``(task, ranges)`` rows of ``_range_frame``'s Arrow batches."""
     for b in batches:
@@ -234,7 +247,8 @@ def _run_tasks(plan: ReplayPlan, pipeline: Any, stage: int,
     """Each task's rows, the tasks one after the other (``chunks`` come sorted by task)."""
     for pid, group in itertools.groupby(chunks, key=lambda chunk: chunk[0]):
         task = StageTask(pipeline, plan, stage, pid, _writer(plan, stage, pid), plan.output.startswith("parquet"),
-                         _injected_fault(stage, pid), _injected_fault(stage, pid, "FW_REPLAY_HOLD"))
+                         _injected_fault(stage, pid), _injected_fault(stage, pid, "FW_REPLAY_HOLD"),
+                         _global_reader(plan) if plan.global_ranges else None)
         try:
             yield from task.run(chunk for _, chunk in group)
         finally:

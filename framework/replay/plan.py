@@ -46,12 +46,6 @@ def input_stages(pipeline: Pipeline) -> dict[str, int]:
 
 def store_stages(pipeline: Pipeline) -> dict[str, int]:
     """The stage whose records reach each stateful step's store (the time store: every stage)."""
-    if pipeline.global_tables():
-        names = ", ".join(g.name for g in pipeline.global_tables())
-        raise PipelineError(
-            f"pipeline {pipeline.name!r} joins global tables ({names}), which a replay does not read yet: its tasks "
-            "would join nothing. Fix: process the history live (a new consumer group from the earliest offsets), or "
-            "use pipeline.table with a co-partitioned stream (docs/tables.md)")
     stages = input_stages(pipeline)
     out: dict[str, int] = {}
     for step in pipeline.stateful_steps():
@@ -95,6 +89,9 @@ def check_contract(pipeline: Pipeline) -> list[ContractIssue]:
     for step in pipeline.steps.values():
         if isinstance(step, S.WindowStep) and getattr(step.windows, "clock", "event") == "processing":
             issues.append(ContractIssue(step.name, "processing-time windows fire on the wall clock"))
+        if isinstance(step, S.GlobalTableJoin) and not step.by_event_time:
+            issues.append(ContractIssue(step.name, f"it joins the latest row of global table {step.table!r}, which "
+                                                   "depends on when the table's updates arrived"))
     return issues
 
 
@@ -134,6 +131,8 @@ class ReplayPlan:
     limits: dict[str, list[int | None]] = field(default_factory=dict)  # topic -> [before, after] ms it accepts
     backfill: dict[str, Any] | None = None  # a backfill's ledger record (framework.replay.ledger), as JSON data
     resumed: bool = False  # the backfill continues a failed run (a bootstrap keeps its changelogs)
+    # per global table topic, per partition, [start, end): read whole by every task that joins it
+    global_ranges: dict[str, dict[int, list[int]]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -142,6 +141,8 @@ class ReplayPlan:
     def from_json(cls, text: str) -> ReplayPlan:
         data = json.loads(text)
         data["ranges"] = {t: {int(p): r for p, r in parts.items()} for t, parts in data["ranges"].items()}
+        data["global_ranges"] = {t: {int(p): r for p, r in parts.items()}
+                                 for t, parts in data.get("global_ranges", {}).items()}
         return cls(**data)
 
     def save(self, path: Path) -> None:

@@ -30,9 +30,10 @@ from framework.engine.task import CLOCK_KEY
 from framework.errors import PipelineError
 from framework.kafka.clients import KafkaOutput
 from framework.kafka.writer import ResumableWriter
+from framework.pipeline import steps as S
 from framework.pipeline.definition import TIME_STORE, Pipeline
 from framework.replay.order import check_arrivals, origin_names, planned_checks
-from framework.replay.plan import ReplayPlan, input_stages, output_topics, stores_of_stage
+from framework.replay.plan import ReplayPlan, input_stages, output_topics, store_stages, stores_of_stage
 from framework.state.memory import MemoryBackend
 from framework.time.clock import WATERMARK_HEADER
 from framework.time.watermarks import MAX_WATERMARK, NO_WATERMARK
@@ -153,6 +154,10 @@ class InjectedFault(RuntimeError):
     """What ``FW_REPLAY_FAULT`` raises in a test: the Spark task's attempt fails."""
 
 
+GlobalRead = Callable[[str, int, int, int], Iterable[list[Any]]]
+"""``(topic, partition, start, end)`` -> the records of a global table's partition range, in lists."""
+
+
 class StageTask:
     """Runs the records of partition ``pid`` of stage ``stage``. ``writer``: the task's
     transactional writer (a Kafka backfill, whose outputs it writes, or a bootstrap, whose
@@ -160,7 +165,8 @@ class StageTask:
 
     def __init__(self, pipeline: Pipeline, plan: ReplayPlan, stage: int, pid: int,
                  writer: ResumableWriter | None = None, keep_outputs: bool = False,
-                 fail_after: int | None = None, hold_after: int | None = None) -> None:
+                 fail_after: int | None = None, hold_after: int | None = None,
+                 global_reader: GlobalRead | None = None) -> None:
         self.pipeline, self.plan, self.stage, self.pid = pipeline, plan, stage, pid
         self.writer, self.keep_outputs = writer, keep_outputs
         self.fail_after = fail_after  # a test's injected fault: raise once this many outputs were written
@@ -175,6 +181,7 @@ class StageTask:
         self.output.keep = keep_outputs
         self.runner = TaskRunner(pipeline, MemoryBackend(), self.output, partitions=plan.partitions,
                                  now_ms=lambda: 0)
+        self.global_reader = global_reader
         self.task: Any = None  # started by ``run``, once it knows where the outputs go
         self.carried: dict[str, Any] | None = None
         self.counts = {"read": 0, "outputs": 0, "state_entries": 0}
@@ -192,6 +199,7 @@ class StageTask:
         if self.write_outputs and skip == 0:
             assert self.writer is not None
             output.direct = self.writer.output
+        self._read_global_tables()
         self.task = self.runner.start(self.pid)
         for batch in _batches(chunks, self.plan.batch_size, self._carry, skip):
             # a batch an earlier attempt committed (batches end where commits fall) writes nothing
@@ -217,6 +225,23 @@ class StageTask:
         metrics = {**self.runner.metrics(), **self.counts, "seconds": round(time.monotonic() - started, 3),
                    "began_ms": began, "ended_ms": time.time_ns() // 1_000_000}
         yield Row("stats", self.pid, self.stage, 0, 0, None, None, None, None, 0, None, json.dumps(metrics))
+
+    def _read_global_tables(self) -> None:
+        """The global tables this stage's joins read, whole (their planned ranges), before
+        anything is processed: as a live member reads them at start."""
+        tables = self.runner.globals
+        joins = {s.table for s in self.pipeline.steps.values() if isinstance(s, S.GlobalTableJoin)
+                 and store_stages(self.pipeline)[s.name] == self.stage}
+        for name in joins:
+            table = tables.tables[name]
+            topic = table.step.topic.name
+            parts = self.plan.global_ranges.get(topic, {})
+            table.set_partitions(len(parts))
+            for p, (start, end) in sorted(parts.items()):
+                if self.global_reader is None:
+                    raise PipelineError(f"global table {name!r}: this replay has no reader of {topic!r}")
+                for batch in self.global_reader(topic, p, start, end):
+                    self.runner.apply_global(batch)
 
     def _carry(self, item: Carry) -> None:
         self.carried = self.runner.codec.decode(item.clock)
@@ -307,14 +332,21 @@ def chunked(items: Iterable[Record | Carry]) -> Iterator[list[Record] | Carry]:
 
 
 def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, int], list[Record]],
-                writer_for: Any = None, keep_outputs: bool = True) -> dict[str, list[Row]]:
+                writer_for: Any = None, keep_outputs: bool = True,
+                global_records: dict[tuple[str, int], list[Record]] | None = None) -> dict[str, list[Row]]:
     """The whole replay without Spark, stage after stage, in this process: what the Spark job
     does, for tests and small replays. ``sources``: each source partition's records in offset
-    order. Returns the rows of every stage by kind. The plan's order checks
-    (``framework.replay.order``) refuse as the job's do, before a writer writes anything."""
+    order (``global_records``: each global table partition's). Returns the rows of every stage
+    by kind. The plan's order checks (``framework.replay.order``) refuse as the job's do,
+    before a writer writes anything."""
+    held = global_records or {}
+
+    def read_global(topic: str, p: int, start: int, end: int) -> Iterator[list[Record]]:
+        yield held.get((topic, p), [])[start:end]
+
     checks, names = planned_checks(plan), origin_names(plan.stages)
     if checks and writer_for is not None:  # decided by a pass that writes nothing, as on Spark
-        run_locally(pipeline, plan, sources, keep_outputs=False)
+        run_locally(pipeline, plan, sources, keep_outputs=False, global_records=global_records)
     check_arrivals(checks, 0, ((p, r.key(), t, p) for (t, p), rs in sources.items() for r in rs), names)
     stages = len(plan.stages)
     by_task: dict[int, dict[str, list[Record]]] = {}
@@ -326,7 +358,7 @@ def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, i
         nexts: list[Row] = []
         for pid in sorted(inputs):
             task = StageTask(pipeline, plan, stage, pid, writer_for(stage, pid) if writer_for else None,
-                             keep_outputs)
+                             keep_outputs, global_reader=read_global)
             try:
                 for row in task.run(chunked(inputs[pid])):
                     (nexts if row.kind in ("next", "clock") else everything[row.kind]).append(row)

@@ -184,6 +184,12 @@ def enriched_orders(s: str) -> History:
     return tables.history(s, tables.events(orders=400, customers=12, seed=14))
 
 
+def priced_orders(s: str) -> History:
+    from tests.integration import tables
+
+    return tables.global_history(s, tables.events(orders=400, customers=12, seed=15))
+
+
 @dataclass(frozen=True)
 class Case:
     target: str
@@ -209,6 +215,7 @@ CASES = [
     Case("upgrade_v2", upgrade_v2, reader=LIBRDKAFKA),  # two sources merged in each task
     Case("chain_upstream", chain), Case("chain_downstream", chain, upstream="chain_upstream", reader=LIBRDKAFKA),
     Case("enriched_orders", enriched_orders),  # a stream-table join by event time
+    Case("priced_orders", priced_orders, reader=LIBRDKAFKA),  # a global table, read whole by every task
 ]
 
 
@@ -230,7 +237,8 @@ def prepare(case: Case, bootstrap: str, suffix: str, monkeypatch: pytest.MonkeyP
 def produce_history(case: Case, bootstrap: str, suffix: str, pipelines: list[Pipeline], part: slice) -> None:
     """``part`` of each source topic's history (the pipelines' sources created first)."""
     admin = admin_client({"bootstrap.servers": bootstrap})
-    counts = {s.topic.name: s.topic.partitions or p.default_partitions for p in pipelines for s in p.sources()}
+    counts = {s.topic.name: s.topic.partitions or p.default_partitions for p in pipelines
+              for s in [*p.sources(), *p.global_tables()]}
     ensure_topics(admin, [TopicSpec(t, n) for t, n in counts.items()])
     for topic, records in case.history(suffix).items():
         produce_to_partitions(bootstrap, topic, records[part])

@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from framework import JsonSerde, Pipeline, StringSerde, TestDriver, Topic, WatermarkStrategy
 from framework.errors import PipelineError
 from framework.operators.table import add_version, as_of
-from framework.replay.plan import store_stages
+from framework.engine.partitioner import partition_for
+from framework.engine.record import Record
+from framework.replay.plan import ReplayPlan, check_contract, stage_topics
+from framework.replay.stage import run_locally
 
 FAR = 10**12
 
@@ -397,13 +400,50 @@ def test_without_event_time_a_global_table_joins_its_latest_row() -> None:
     assert [r.value for r in d.output("out")] == [[2, 5]] and d.metrics()["unmatched.priced"] == 1
 
 
-def test_a_global_join_needs_its_key_and_a_replay_refuses_it() -> None:
+def test_a_global_join_needs_its_key_and_a_latest_row_join_is_not_replayed() -> None:
     p = Pipeline("bad")
     products = p.global_table(Topic("products"), name="products")
     with pytest.raises(PipelineError, match=r"^a join with global table 'products' needs key=lambda value"):
         p.source(Topic("orders")).join(products, lambda o, pr: o)
-    with pytest.raises(PipelineError, match=r"joins global tables \(products\), which a replay does not read yet"):
-        store_stages(priced())
+    assert [str(i) for i in check_contract(priced(timed=False))] == [
+        "step 'priced': it joins the latest row of global table 'products', which depends on when the table's "
+        "updates arrived"]
+    assert check_contract(priced()) == []
+
+
+@settings(deadline=None, max_examples=25)
+@given(history=histories(), partitions=st.sampled_from([1, 3]))
+def test_a_replay_reads_the_global_table_whole_and_joins_as_a_live_member_started_on_the_history(
+        history: list[Update], partitions: int) -> None:
+    """The in-process replay (the Spark job's tasks, without Spark) against the TestDriver
+    fed the table first, as a member reads it whole before it processes anything."""
+    p = priced(bound=100)
+    serde = JsonSerde()
+    products: dict[tuple[str, int], list[Record]] = {}
+    orders: dict[tuple[str, int], list[Record]] = {}
+    d = TestDriver(p, partitions=partitions)
+    for kind, key, ts, v in sorted(history, key=lambda u: u[0] != "customer"):
+        if kind == "customer":
+            value = None if v is None else {"price": v, "ts": ts}
+            part = products.setdefault(("products", 0), [])
+            part.append(Record("products", 0, len(part), key.encode(), None if value is None else serde.serialize(value),
+                               ts))
+            d.pipe("products", value, key=key, timestamp=ts, partition=0)
+        else:
+            user = f"user{v % 5}"
+            q = partition_for(user.encode(), partitions)
+            part = orders.setdefault(("orders", q), [])
+            value = {"id": v, "sku": key, "ts": ts}
+            part.append(Record("orders", q, len(part), user.encode(), serde.serialize(value), ts))
+            d.pipe("orders", value, key=user, timestamp=ts)
+    plan = ReplayPlan(target="", service=p.name, run_id="t", bootstrap_servers="", partitions=partitions,
+                      ranges={"orders": {q: [0, len(orders.get(("orders", q), []))] for q in range(partitions)}},
+                      stages=stage_topics(p), output="topic",
+                      global_ranges={"products": {0: [0, len(products.get(("products", 0), []))]}})
+    rows = run_locally(p, plan, {("orders", q): orders.get(("orders", q), []) for q in range(partitions)},
+                       global_records=products)
+    replayed = sorted(tuple(serde.deserialize(r.value)) for r in rows["out"] if r.topic == "out")
+    assert replayed == sorted(tuple(r.value) for r in d.output("out"))
 
 
 # -- definition errors ---------------------------------------------------------------------
