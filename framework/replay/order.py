@@ -74,9 +74,12 @@ def order_checks(pipeline: Pipeline) -> list[OrderCheck]:
 
 
 def _joined_table(pipeline: Pipeline, step: S.Step) -> bool:
-    """A table two tables' join keeps: its versions are the same whatever the order of the
-    two sides' updates (``build_table_table_join``)."""
-    return isinstance(step, S.Table) and any(isinstance(pipeline.steps[p], S.TableTableJoin) for p in step.parents)
+    """A table two tables' join keeps, read only as a table: its versions are the same
+    whatever the order of the two sides' updates (``build_table_table_join``). Its stream of
+    changes (``to_stream``) is not: the corrections an update arriving out of order makes
+    depend on that order."""
+    return (isinstance(step, S.Table) and any(isinstance(pipeline.steps[p], S.TableTableJoin) for p in step.parents)
+            and all(isinstance(pipeline.steps[c], (S.TableJoin, S.TableTableJoin)) for c in pipeline.children[step.name]))
 
 
 def planned_checks(plan: ReplayPlan) -> list[OrderCheck]:

@@ -45,9 +45,13 @@ def test_a_join_with_a_tables_latest_value_is_checked_and_one_by_event_time_is_n
     p.source(Topic("orders"), name="orders").join(latest, lambda o, c: o, name="now")
     timed = p.table(Topic("accounts"), watermarks=wm, name="accounts")
     p.source(Topic("payments"), watermarks=wm, name="payments").join(timed, lambda o, c: o, name="as-of")
-    timed.join(latest, lambda a, c: a, name="both")  # the joined table's versions do not depend on order
+    both = timed.join(latest, lambda a, c: a, name="both")  # the joined table's versions do not depend on order
+    p.source(Topic("refunds"), name="refunds").join(both, lambda r, b: r, name="via-both")
     checks = {c.step: (c.what, c.topics) for c in order_checks(p)}
-    assert checks == {"now": ("a join with a table's latest value", ["customers", "orders"])}
+    assert checks == {"now": ("a join with a table's latest value", ["customers", "orders"]),
+                      "via-both": ("a join with a table's latest value", ["accounts", "customers", "refunds"])}
+    both.to_stream().to(Topic("changes"))  # its corrections do
+    assert {c.step: c.what for c in order_checks(p)}["both"] == "a table"
 
 
 def test_keys_are_shown_as_text_when_they_are_text() -> None:
