@@ -36,6 +36,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: dict[str, bytes]
+    timestamp: int = 0
 
 
 class ServiceProcess:
@@ -253,7 +254,7 @@ class Tail:
             for msg in msgs:
                 if msg.error() is None:
                     self.records.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                               {k: v for k, v in (msg.headers() or [])}))
+                                               {k: v for k, v in (msg.headers() or [])}, msg.timestamp()[1]))
             if not msgs or time.monotonic() >= deadline:
                 return len(self.records)
 

@@ -520,3 +520,18 @@ def priced_orders() -> Pipeline:
     orders = p.source(Topic(f"gto-orders-{s}", partitions=4), watermarks=wm, name="orders")
     orders.join(products, _priced, key=lambda o: o["sku"], how="left", name="priced").to(Topic(f"gto-out-{s}"))
     return p
+
+
+def _both(account: dict[str, Any] | None, customer: dict[str, Any] | None) -> list[Any]:
+    return [None if account is None else account["bal"], None if customer is None else customer["tier"]]
+
+
+def joined_tables() -> Pipeline:
+    """Two tables (``tt-accounts-<suffix>``, ``tt-customers-<suffix>``, 3 partitions) joined
+    (outer) on their key; the joined table's changes to ``tt-out-<suffix>``."""
+    s = _suffix()
+    p = Pipeline(f"tt-{s}")
+    accounts = p.table(Topic(f"tt-accounts-{s}", partitions=3), name="accounts")
+    customers = p.table(Topic(f"tt-customers-{s}", partitions=3), name="customers")
+    accounts.join(customers, _both, how="outer", name="joined").to_stream().to(Topic(f"tt-out-{s}"))
+    return p

@@ -84,3 +84,29 @@ def global_history(suffix: str, evs: list[Event]) -> dict[str, list[tuple[Any, .
             out[f"gto-orders-{suffix}"].append((partition_for(user, 4), user,
                                                 json.dumps({"id": v, "sku": key, "ts": ts}).encode(), None, ts))
     return out
+
+
+def two_tables_history(suffix: str, evs: list[Event]) -> dict[str, list[tuple[Any, ...]]]:
+    """The line as two tables for ``pipelines.joined_tables``: the customers' updates, and
+    each order as its customer's account balance (the order id)."""
+    out: dict[str, list[tuple[Any, ...]]] = {f"tt-accounts-{suffix}": [], f"tt-customers-{suffix}": []}
+    for kind, key, ts, v in evs:
+        k = key.encode()
+        if kind == "customer":
+            value = None if v is None else json.dumps({"tier": v}).encode()
+            out[f"tt-customers-{suffix}"].append((partition_for(k, PARTITIONS), k, value, None, ts))
+        else:
+            out[f"tt-accounts-{suffix}"].append((partition_for(k, PARTITIONS), k, json.dumps({"bal": v}).encode(),
+                                                 None, ts))
+    return out
+
+
+def joined_at(evs: list[Event], key: str, t: int) -> list[Any] | None:
+    """The outer join of the two tables of ``two_tables_history`` for ``key`` at time ``t``."""
+    rows: dict[str, tuple[int, int, Any]] = {}
+    for seq, (kind, k, ts, v) in enumerate(evs):
+        if k == key and ts <= t and (kind not in rows or (ts, seq) >= rows[kind][:2]):
+            rows[kind] = (ts, seq, v)
+    bal = rows["order"][2] if "order" in rows else None
+    tier = rows["customer"][2] if "customer" in rows else None
+    return None if bal is None and tier is None else [bal, tier]

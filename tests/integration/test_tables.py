@@ -9,6 +9,7 @@ import json
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from tests.integration import tables
@@ -88,4 +89,46 @@ def test_two_members_each_hold_the_whole_global_table_and_join_by_the_records_sk
     got = sorted((json.loads(r.value)["id"], json.loads(r.value)["price"]) for r in out.records)
     assert got == want
     assert "global tables products: read" in victim.log_text()
+    out.close()
+
+
+def test_two_tables_joined_by_a_member_killed_at_random_moments_hold_the_join_of_the_rows_at_every_time(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """The joined table's changes, read read_committed: for every key and every time either
+    table changed, the last value written for that time is the outer join of the two rows then."""
+    rng = random.Random(unique)
+    evs = [e for e in tables.events(orders=1_500, customers=30, seed=23) if not e[1].startswith("end")]
+    topics = tables.two_tables_history(unique, evs)
+    admin = admin_client({"bootstrap.servers": kafka_bootstrap})
+    ensure_topics(admin, [TopicSpec(t, tables.PARTITIONS) for t in topics])
+    svc = ServiceProcess("tests.integration.pipelines:joined_tables", tmp_path, "0",
+                         service_env(kafka_bootstrap, unique, checkpoint_interval_ms=50))
+    services.append(svc)
+    out = Tail(kafka_bootstrap, f"tt-out-{unique}")
+    chunks = 3
+    for c in range(chunks):
+        for topic, records in sorted(topics.items(), reverse=c % 2 == 1):
+            n = len(records)
+            produce_to_partitions(kafka_bootstrap, topic, records[n * c // chunks:n * (c + 1) // chunks])
+        progress = out.drain()
+        svc.start()
+        if c < chunks - 1:
+            kill_at_random_after(svc, lambda p=progress: out.drain() > p, rng, "joins before a random kill")
+    times = {(k, ts) for _, k, ts, _ in evs}
+    last: dict[tuple[str, int], Any] = {}  # the last value written for each key and time
+
+    read = [0]  # records of ``out`` folded into ``last``
+
+    def complete() -> bool:
+        out.drain()
+        for r in out.records[read[0]:]:
+            last[(r.key.decode(), r.timestamp)] = None if r.value is None else json.loads(r.value)
+        read[0] = len(out.records)
+        return times <= set(last)
+
+    wait_until(complete, 300, "a joined value for every change", svc.log_text)
+    assert svc.stop() == 0
+    complete()
+    wrong = {kt: v for kt, v in last.items() if v != tables.joined_at(evs, *kt)}
+    assert not wrong, sorted(wrong.items())[:10]
     out.close()
