@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from framework import JsonSerde, Pipeline, StringSerde, TestDriver, Topic, WatermarkStrategy
-from framework.errors import PipelineError
-from framework.operators.table import add_version, as_of
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
+from framework.errors import PipelineError
+from framework.operators.table import add_version, as_of
 from framework.replay.plan import ReplayPlan, check_contract, stage_topics
 from framework.replay.stage import run_locally
 
@@ -406,8 +406,8 @@ def test_a_global_join_needs_its_key_and_a_latest_row_join_is_not_replayed() -> 
     with pytest.raises(PipelineError, match=r"^a join with global table 'products' needs key=lambda value"):
         p.source(Topic("orders")).join(products, lambda o, pr: o)
     assert [str(i) for i in check_contract(priced(timed=False))] == [
-        "step 'priced': it joins the latest row of global table 'products', which depends on when the table's "
-        "updates arrived"]
+        ("step 'priced': it joins the latest row of global table 'products', which depends on when the table's "
+         "updates arrived")]
     assert check_contract(priced()) == []
 
 
