@@ -239,8 +239,11 @@ class Service:
             starts.update({(topic, p): table.positions.get(p) for p in range(counts[topic])})
         reader.assign(starts)
         began = time.monotonic()
-        n = reader.catch_up(list(starts), self.runner.apply_global, cfg.kafka.connect_timeout_ms / 1000)
-        tables.commit()
+        def apply(batch: list[Any]) -> None:
+            self.runner.apply_global(batch)
+            tables.commit()  # batch by batch: a large table is not held in the write cache whole
+
+        n = reader.catch_up(list(starts), apply, cfg.kafka.connect_timeout_ms / 1000)
         log.info("global tables %s: read %d records in %.1f s before processing", ", ".join(tables.tables), n,
                  time.monotonic() - began)
 
