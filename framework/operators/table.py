@@ -2,8 +2,8 @@
 
 A table step keeps, per key, the key's versions: ``[timestamp, value]`` pairs in timestamp
 order (a ``None`` value is a delete), in its store under the state ``table``. Versions
-whose validity ended more than ``history_ms`` before the table's time (its watermark, or
-the key's newest version without event time) are dropped when the key is next updated; the
+whose validity ended more than ``history_ms`` before the table's time (the later of its
+watermark and the key's newest version) are dropped when the key is next updated; the
 newest version at or before that time stays, since it is still the value there.
 
 A join step reads the table's store (the same task: stream and table are co-partitioned).
@@ -19,6 +19,7 @@ Without event time a record joins the table's latest value when it arrives.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from framework.operators.aggregate import require_key
@@ -97,16 +98,15 @@ def build_table(step: S.Table, ctx: TaskContext, down: S.Push) -> S.Push:
     return push
 
 
-def build_table_join(step: S.TableJoin, ctx: TaskContext, down: S.Push) -> dict[str, S.Push]:
-    """The stream's records joined with the table's value as of their time."""
-    name, table, fn, inner = step.name, ctx.store(step.table), step.fn, step.how == "inner"
-    ks = step.key_serde.serialize
+def _joiner(step: S.TableJoin | S.GlobalTableJoin, ctx: TaskContext, down: S.Push) -> Callable[..., None]:
+    """``joined(key, value, row, ts)``: ``fn(value, row)`` downstream; an inner join counts
+    and drops a record without a row (``unmatched.<step>``)."""
+    name, fn, inner, count = step.name, step.fn, step.how == "inner", ctx.count
     unmatched = f"unmatched.{name}"
-    stream_parent, table_parent = step.parents
 
     def joined(k: Any, v: Any, row: Any, ts: int) -> None:
         if row is None and inner:
-            ctx.count(unmatched)
+            count(unmatched)
             return
         try:
             out = fn(v, row)
@@ -114,9 +114,70 @@ def build_table_join(step: S.TableJoin, ctx: TaskContext, down: S.Push) -> dict[
             raise user_error(name, exc) from exc
         down(k, out, ts)
 
+    return joined
+
+
+class _Waiting:
+    """A join's stream records waiting in its store until the table is known up to their
+    time (``held`` state, ``event`` timers at their timestamps, ``grace`` timers at timestamp
+    + ``grace_ms``); released in timestamp order, each joined with ``lookup(key bytes, value,
+    timestamp)``."""
+
+    def __init__(self, step: S.TableJoin | S.GlobalTableJoin, ctx: TaskContext,
+                 lookup: Callable[[bytes, Any, int], Any], joined: Callable[..., None]) -> None:
+        self.name, self.ctx, self.lookup, self.joined = step.name, ctx, lookup, joined
+        self.store, self.kd = ctx.store(step.name), step.key_serde.deserialize
+        self.prefix = state_prefix(HELD_STATE)
+        self.at_time = TimerService(self.store, "event")
+        self.grace = step.grace_ms
+        self.by_grace = None if step.grace_ms is None else TimerService(self.store, "grace")
+
+    def hold(self, kb: bytes, v: Any, ts: int) -> None:
+        hkey = keyed(self.prefix, kb)
+        self.store.put(hkey, [*(self.store.get(hkey) or ()), [ts, v]])
+        self.at_time.register(ts, kb)
+        if self.by_grace is not None:
+            self.by_grace.register(ts + self.grace, kb)  # type: ignore[operator]
+
+    def release(self, kb: bytes, upto: int) -> None:
+        """Join and emit ``kb``'s held records at or before ``upto``, in timestamp order."""
+        store, hkey = self.store, keyed(self.prefix, kb)
+        held = store.get(hkey)
+        if not held:
+            return
+        due = [r for r in held if r[0] <= upto]
+        if not due:
+            return
+        rest = [r for r in held if r[0] > upto]
+        store.put(hkey, rest) if rest else store.delete(hkey)
+        key = self.kd(kb)
+        for ts, v in sorted(due, key=_ts):
+            try:
+                self.joined(key, v, self.lookup(kb, v, ts), ts)
+            except Exception as exc:  # noqa: BLE001 - user code, outside a record
+                self.ctx.timer_failed(self.name, ts, kb, exc.__cause__ or exc)
+
+    def known_until(self, watermark: int) -> None:
+        """The table is known up to ``watermark``: release what waited for it."""
+        for t, kb, _ in self.at_time.due(watermark):
+            self.release(kb, t)
+
+    def stream_at(self, watermark: int) -> None:
+        """The stream's own watermark: release what waited ``grace_ms`` past its time."""
+        if self.by_grace is not None:
+            for t, kb, _ in self.by_grace.due(watermark):
+                self.release(kb, t - self.grace)  # type: ignore[operator]
+
+
+def build_table_join(step: S.TableJoin, ctx: TaskContext, down: S.Push) -> dict[str, S.Push]:
+    """The stream's records joined with the table's value as of their time."""
+    name, table, ks = step.name, ctx.store(step.table), step.key_serde.serialize
+    stream_parent, table_parent = step.parents
+    joined = _joiner(step, ctx, down)
+
     def ignore(k: Any, v: Any, ts: int) -> None:
         """Table updates are in the table's store already; they release nothing by themselves
-        (the join's watermark does)."""
+        (the watermarks do)."""
 
     if not step.by_event_time:
         def latest_push(k: Any, v: Any, ts: int) -> None:
@@ -126,30 +187,11 @@ def build_table_join(step: S.TableJoin, ctx: TaskContext, down: S.Push) -> dict[
 
         return {stream_parent: latest_push, table_parent: ignore}
 
-    store, kd = ctx.store(name), step.key_serde.deserialize
-    clock = ctx.clock_for(name)  # min(stream, table), without idle inputs
-    held_prefix = state_prefix(HELD_STATE)
-    at_time = TimerService(store, "event")
-    grace = step.grace_ms
-    by_grace = None if grace is None else TimerService(store, "grace")
+    def lookup(kb: bytes, _v: Any, ts: int) -> Any:
+        return as_of(table.get(keyed(TABLE_PREFIX, kb)), ts)
 
-    def release(kb: bytes, upto: int) -> None:
-        """Join and emit ``kb``'s held records at or before ``upto``, in timestamp order."""
-        hkey = keyed(held_prefix, kb)
-        held = store.get(hkey)
-        if not held:
-            return
-        due = [r for r in held if r[0] <= upto]
-        if not due:
-            return
-        rest = [r for r in held if r[0] > upto]
-        store.put(hkey, rest) if rest else store.delete(hkey)
-        versions, key = table.get(keyed(TABLE_PREFIX, kb)), kd(kb)
-        for ts, v in sorted(due, key=_ts):
-            try:
-                joined(key, v, as_of(versions, ts), ts)
-            except Exception as exc:  # noqa: BLE001 - user code, outside a record
-                ctx.timer_failed(name, ts, kb, exc.__cause__ or exc)
+    waiting = _Waiting(step, ctx, lookup, joined)
+    clock = ctx.clock_for(name)  # min(stream, table), without idle inputs
 
     def stream_push(k: Any, v: Any, ts: int) -> None:
         if k is None:
@@ -157,27 +199,14 @@ def build_table_join(step: S.TableJoin, ctx: TaskContext, down: S.Push) -> dict[
         ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
         kb = ks(k)
         if ts <= clock.watermark:  # the table is known up to here already
-            joined(k, v, as_of(table.get(keyed(TABLE_PREFIX, kb)), ts), ts)
-            return
-        hkey = keyed(held_prefix, kb)
-        store.put(hkey, [*(store.get(hkey) or ()), [ts, v]])
-        at_time.register(ts, kb)
-        if by_grace is not None:
-            by_grace.register(ts + grace, kb)  # type: ignore[operator]
+            joined(k, v, lookup(kb, v, ts), ts)
+        else:
+            waiting.hold(kb, v, ts)
 
-    def on_watermark(wm: int) -> None:
-        for t, kb, _ in at_time.due(wm):
-            release(kb, t)
-
-    ctx.on_watermark(name, on_watermark)  # the table idle: the stream's watermark alone
-    ctx.on_input_watermark(name, table_parent, on_watermark)  # the table up to a record's time
-    if by_grace is not None:
-        def on_stream_watermark(wm: int) -> None:
-            for t, kb, _ in by_grace.due(wm):
-                release(kb, t - grace)  # type: ignore[operator]
-
-        ctx.on_input_watermark(name, stream_parent, on_stream_watermark)
-
+    ctx.on_watermark(name, waiting.known_until)  # the table idle: the stream's watermark alone
+    ctx.on_input_watermark(name, table_parent, waiting.known_until)  # the table up to a record's time
+    if step.grace_ms is not None:
+        ctx.on_input_watermark(name, stream_parent, waiting.stream_at)
     return {stream_parent: stream_push, table_parent: ignore}
 
 
@@ -223,10 +252,10 @@ def build_table_table_join(step: S.TableTableJoin, ctx: TaskContext, down: S.Pus
 def build_global_join(step: S.GlobalTableJoin, ctx: TaskContext, down: S.Push) -> S.Push:
     """The stream's records joined with a global table's row for ``key(value)``, as of their
     time on event time (waiting for the global table's watermark), else its latest row."""
-    name, fn, key_fn, inner = step.name, step.fn, step.key, step.how == "inner"
+    name, key_fn = step.name, step.key
     table = ctx.global_table(step.table)
     rows, table_key = table.store, table.step.key_serde.serialize
-    unmatched = f"unmatched.{name}"
+    joined = _joiner(step, ctx, down)
 
     def row_key(v: Any) -> bytes:
         try:
@@ -234,49 +263,17 @@ def build_global_join(step: S.GlobalTableJoin, ctx: TaskContext, down: S.Push) -
         except Exception as exc:
             raise user_error(name, exc) from exc
 
-    def joined(k: Any, v: Any, row: Any, ts: int) -> None:
-        if row is None and inner:
-            ctx.count(unmatched)
-            return
-        try:
-            out = fn(v, row)
-        except Exception as exc:
-            raise user_error(name, exc) from exc
-        down(k, out, ts)
-
     if not step.by_event_time:
         def latest_push(k: Any, v: Any, ts: int) -> None:
             joined(k, v, latest(rows.get(row_key(v))), ts)
 
         return latest_push
 
-    store, ks, kd = ctx.store(name), step.key_serde.serialize, step.key_serde.deserialize
+    def lookup(_kb: bytes, v: Any, ts: int) -> Any:
+        return as_of(rows.get(row_key(v)), ts)
+
+    waiting, ks = _Waiting(step, ctx, lookup, joined), step.key_serde.serialize
     clock = ctx.clock_for(name)  # the stream's
-    held_prefix = state_prefix(HELD_STATE)
-    at_time = TimerService(store, "event")
-    grace = step.grace_ms
-    by_grace = None if grace is None else TimerService(store, "grace")
-
-    def release(kb: bytes, upto: int) -> None:
-        hkey = keyed(held_prefix, kb)
-        held = store.get(hkey)
-        if not held:
-            return
-        due = [r for r in held if r[0] <= upto]
-        if not due:
-            return
-        rest = [r for r in held if r[0] > upto]
-        store.put(hkey, rest) if rest else store.delete(hkey)
-        key = kd(kb)
-        for ts, v in sorted(due, key=_ts):
-            try:
-                joined(key, v, as_of(rows.get(row_key(v)), ts), ts)
-            except Exception as exc:  # noqa: BLE001 - user code, outside a record
-                ctx.timer_failed(name, ts, kb, exc.__cause__ or exc)
-
-    def released(upto: int) -> None:
-        for t, kb, _ in at_time.due(upto):
-            release(kb, t)
 
     def known_until() -> int:
         """Up to when the table is known: its watermark, or the stream's when it is idle."""
@@ -287,31 +284,21 @@ def build_global_join(step: S.GlobalTableJoin, ctx: TaskContext, down: S.Push) -
             require_key(k, name)
         ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
         if ts <= known_until():
-            joined(k, v, as_of(rows.get(row_key(v)), ts), ts)
-            return
-        row_key(v)  # a key function that fails does so now, for this record
-        kb = ks(k)
-        hkey = keyed(held_prefix, kb)
-        store.put(hkey, [*(store.get(hkey) or ()), [ts, v]])
-        at_time.register(ts, kb)
-        if by_grace is not None:
-            by_grace.register(ts + grace, kb)  # type: ignore[operator]
+            joined(k, v, lookup(b"", v, ts), ts)
+        else:
+            row_key(v)  # a key function that fails does so now, for this record
+            waiting.hold(ks(k), v, ts)
 
     def on_table(wm: int) -> None:
         ctx.current = None  # between records: what is released has no record in hand
-        released(wm)
+        waiting.known_until(wm)
 
     def on_stream(wm: int) -> None:
         if table.all_idle:
-            released(wm)
-        if by_grace is not None:
-            for t, kb, _ in by_grace.due(wm):
-                release(kb, t - grace)  # type: ignore[operator]
-
-    def on_tick(_now: int) -> None:
-        released(known_until())  # after a restart: the table may be ahead of the held records already
+            waiting.known_until(wm)
+        waiting.stream_at(wm)
 
     ctx.on_global_watermark(step.table, name, on_table)
     ctx.on_watermark(name, on_stream)
-    ctx.on_processing_time(name, on_tick)
+    ctx.on_processing_time(name, lambda _now: waiting.known_until(known_until()))  # after a restart: ahead already
     return push
