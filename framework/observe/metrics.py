@@ -99,6 +99,10 @@ class Metrics:
         self.late = counter("fw_late_records", "Records later than the allowed lateness, per step "
                             "(Flink: numLateRecordsDropped; sent to the late topic when it has one).",
                             ("step",))
+        self.unmatched = counter("fw_unmatched_records", "Records an inner join with a table dropped: "
+                                 "the table had no row for them, per join step.", ("step",))
+        self.expired = counter("fw_expired_records", "Table updates older than the table's history, "
+                               "dropped (Kafka Streams' versioned stores drop them too), per table.", ("step",))
         self.lag = family("fw_consumer_lag_records", "Records in an assigned input partition after "
                           "the member's position, up to the last stable offset (Kafka: records-lag).",
                           ("topic", "partition"))

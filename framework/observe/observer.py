@@ -129,9 +129,11 @@ class Observer:
             self._copy(m.produced, (topic,), n)
         counters = runner.metrics()
         self._copy(m.dead_letters, (), counters.get("dead_letters", 0))
+        by_step = {"late_records": m.late, "unmatched": m.unmatched, "expired_records": m.expired}
         for name, n in counters.items():
-            if name.startswith("late_records."):
-                self._copy(m.late, (name.partition(".")[2],), n)
+            kind, _, step = name.partition(".")
+            if step and kind in by_step:
+                self._copy(by_step[kind], (step,), n)
         ckpt = svc.checkpointer
         self._copy(m.checkpoints, (), ckpt.completed)
         self._copy(m.checkpoint_failures, (), ckpt.aborted)
