@@ -1,8 +1,8 @@
 """``fw demo --service NAME``: any service that declares a demo, run end to end on a broker.
 
 A service declares its demo in its own package, ``services/<package>/demo.py``, as
-``DEMO = ServiceDemo(...)``: which source topic gets the generated input, which output
-topics are read back, an input generator, a direct computation of the expected results
+``DEMO = ServiceDemo(...)``: which source topic (or topics) gets the generated input, which
+output topics are read back, an input generator, a direct computation of the expected results
 over that input, and a function that reduces the outputs to the same shape. This runner
 is generic:
 
@@ -11,7 +11,8 @@ is generic:
    topics and a new consumer group, and create its topics (the sources with
    ``ServiceDemo.partitions``: event-time demos use one, so the last record moves every
    task's watermark).
-2. Produce the generated records to the source, encoded with the topic's serdes.
+2. Produce the generated records to their source topics, encoded with each topic's serdes
+   and stamped with their event time (a ``None`` value is a tombstone).
 3. Run the service in this process (``framework.runtime.service.Service``, exactly once,
    RocksDB state in a temporary directory) until it has consumed every record
    (``consumed_per_record`` times each: 2 when a ``key_by`` repartitions), then stop it;
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,11 @@ from framework.produce import produce
 from framework.runtime.service import Service
 from framework.runtime.topics import ensure_service_topics
 
-__all__ = ["InputRecord", "OutputRecord", "ServiceDemo", "demo_packages", "load_demo", "run_service_demo"]
+__all__ = ["InputRecord", "OutputRecord", "ServiceDemo", "TopicRecord", "demo_packages", "load_demo",
+           "run_service_demo"]
 
-InputRecord = tuple[Any, Any, int]  # (key, value, timestamp ms), before encoding
+InputRecord = tuple[Any, Any, int]  # (key, value, timestamp ms), before encoding; value None: a tombstone
+TopicRecord = tuple[str, Any, Any, int]  # (source topic, key, value, timestamp ms): demos with several sources
 OutputRecord = tuple[Any, Any]  # (key, value), decoded
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 _SHOWN_ROWS = 12  # the summary prints this many results; the check covers all of them
@@ -57,20 +60,35 @@ class ServiceDemo:
 
     ``source`` and ``outputs`` are topic names as the pipeline names them without the
     suffix. ``generate(records, seed)`` returns the input in produce order (deterministic
-    for a seed). ``expected(input)`` computes the results directly from the input;
+    for a seed): ``InputRecord``s for the one ``source``, or, when ``source`` is a tuple of
+    topics (a stream and a table, say), ``TopicRecord``s that name their topic first.
+    ``expected(input)`` computes the results directly from that same input;
     ``observe({output topic: [(key, value), ...]})`` reduces the committed outputs
     (each partition's in order) to the same shape. ``what`` is one line saying what the
     check compares.
     """
 
-    source: str
+    source: str | tuple[str, ...]
     outputs: tuple[str, ...]
-    generate: Callable[[int, int], list[InputRecord]]
-    expected: Callable[[list[InputRecord]], Mapping[Any, Any]]
+    generate: Callable[[int, int], list[Any]]  # list[InputRecord], or list[TopicRecord] for several sources
+    expected: Callable[[list[Any]], Mapping[Any, Any]]
     observe: Callable[[Mapping[str, list[OutputRecord]]], Mapping[Any, Any]]
     what: str
     consumed_per_record: int = 1
     partitions: int | None = None
+
+    def by_source(self, inputs: Sequence[Any]) -> dict[str, list[InputRecord]]:
+        """The generated ``inputs`` per source topic (without the suffix), each in generated
+        order; ``ConfigError`` for a record naming a topic that is not one of ``source``."""
+        if isinstance(self.source, str):
+            return {self.source: list(inputs)}
+        out: dict[str, list[InputRecord]] = {topic: [] for topic in self.source}
+        for topic, key, value, ts in inputs:
+            if topic not in out:
+                raise ConfigError(f"the demo generated a record for topic {topic!r}, which is not one of its "
+                                  f"sources {list(self.source)}. Fix: add it to ServiceDemo(source=...)")
+            out[topic].append((key, value, ts))
+        return out
 
 
 def _import_root() -> None:
@@ -164,10 +182,11 @@ def _read(config: Config, topic: Topic) -> list[OutputRecord]:
 
 
 def _run(demo: ServiceDemo, pipeline: Pipeline, config: Config, suffix: str,
-         inputs: list[InputRecord]) -> Iterator[str]:
-    source = _topic(pipeline, demo.source, suffix)
-    produce(source, inputs, config=config)
-    yield f"produced {len(inputs)} records to {source.name}"
+         inputs: list[Any]) -> Iterator[str]:
+    for name, records in demo.by_source(inputs).items():
+        source = _topic(pipeline, name, suffix)
+        produce(source, records, config=config)
+        yield f"produced {len(records)} records to {source.name}"
     consumed, seconds = _process(pipeline, config, demo.consumed_per_record * len(inputs))
     yield (f"service {pipeline.name} ({config.processing.guarantee}): {consumed} records consumed "
            f"in {seconds:.1f}s")

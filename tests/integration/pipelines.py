@@ -354,6 +354,7 @@ svc_fraud_detection = _service("fraud_detection")
 svc_click_sessions = _service("click_sessions")
 svc_traffic = _service("traffic")
 svc_sales_per_month = _service("sales_per_month")
+svc_orders_enrich = _service("orders_enrich")
 
 
 # -- observability: metrics, health, readiness -----------------------------------------------

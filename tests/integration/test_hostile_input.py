@@ -104,9 +104,11 @@ def _float() -> st.SearchStrategy[float]:
 
 
 def _avro(schema: Any, field: str = "") -> st.SearchStrategy[Any]:
-    """Values of an Avro schema (records of primitives, as in ``schemas/``)."""
+    """Values of an Avro schema (records of primitives and unions of them, as in ``schemas/``)."""
     if isinstance(schema, dict) and schema.get("type") == "record":
         return st.fixed_dictionaries({f["name"]: _avro(f["type"], f["name"]) for f in schema["fields"]})
+    if isinstance(schema, list):  # a union, e.g. ["null", "string"]
+        return st.one_of(*(_avro(branch, field) for branch in schema))
     kinds = {"long": _long(field), "int": st.integers(-(2**31), 2**31 - 1), "double": _float(),
              "string": _text(), "boolean": st.booleans(), "null": st.none(), "bytes": st.binary(max_size=16)}
     return kinds[schema]

@@ -93,21 +93,25 @@ def fire_alarm_service(s: str) -> History:
 
 def demo_history(package: str, records: int, seed: int) -> Callable[[str], History]:
     """The history of an example service: its demo's generated input (``services/<package>/
-    demo.py``), encoded with the service's own serdes into its source's partitions by key,
-    with a poison record."""
+    demo.py``) on each of its source topics, encoded with the service's own serdes into the
+    topic's partitions by key and stamped with its event time (a tombstone has no value to
+    carry it), with a poison record in the demo's first source."""
     def history(s: str) -> History:
         from framework.demos import load_demo
 
         demo, build = load_demo(package)
         pipeline = build(f"-{s}")
-        source = next(src.topic for src in pipeline.sources() if src.topic.name == f"{demo.source}-{s}")
-        partitions = source.partitions or pipeline.default_partitions
-        out: list[tuple[Any, ...]] = []
-        for key, value, _ in demo.generate(records, seed):
-            k = source.key_serde.serialize(key)
-            out.append((partition_for(k, partitions), k, source.value_serde.serialize(value)))
-        out[records // 3:records // 3] = [(out[0][0], out[0][1], POISON[0], POISON_HEADERS)]
-        return {source.name: out}
+        topics = {src.topic.name: src.topic for src in pipeline.sources()}
+        out: History = {}
+        for name, rows in demo.by_source(demo.generate(records, seed)).items():
+            topic = topics[f"{name}-{s}"]
+            partitions = topic.partitions or pipeline.default_partitions
+            encode = topic.value_serde.serialize
+            out[topic.name] = [(partition_for(k, partitions), k, None if value is None else encode(value), None, ts)
+                               for k, value, ts in ((topic.key_serde.serialize(key), v, t) for key, v, t in rows)]
+        first = next(iter(out.values()))
+        first[records // 3:records // 3] = [(first[0][0], first[0][1], POISON[0], POISON_HEADERS)]
+        return out
     return history
 
 
@@ -207,6 +211,7 @@ CASES = [
     Case("svc_click_sessions", demo_history("click_sessions", 400, 2), reader=LIBRDKAFKA),
     Case("svc_traffic", demo_history("traffic", 600, 3)),
     Case("svc_sales_per_month", demo_history("sales_per_month", 400, 4), reader=LIBRDKAFKA),
+    Case("svc_orders_enrich", demo_history("orders_enrich", 400, 5)),  # a stream and a table
     Case("even_odd", even_odd), Case("avro_numbers", avro_numbers, reader=LIBRDKAFKA),
     Case("two_drivers", two_drivers, {"FW_TEST_PARTITIONS": "3"}),
     Case("event_time_windows", event_time_windows, reader=LIBRDKAFKA),

@@ -1,7 +1,7 @@
 """`fw new` end to end: what it generates passes its own tests, unmodified, on the real broker.
 
 - Every template, generated into a copy of this repository: the generated TestDriver and
-  real-broker tests pass (one pytest run for all five), and ruff and mypy accept the code.
+  real-broker tests pass (one pytest run for all six), and ruff and mypy accept the code.
 - A generated project, from a clean virtualenv made by its own scripts: its CI script (lint,
   types, then its tests) passes on this session's broker (``FW_BOOTSTRAP_SERVERS``, which
   its scripts honour as this repository's do), its demo runs the main job, and `fw new
@@ -57,7 +57,7 @@ def test_every_template_generated_into_this_repository_passes_its_tests(repo_cop
 
     tests = [p for p in generated if p.startswith("tests/")]
     done = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], repo_copy, env, 600)
-    assert "13 passed" in done.stdout, done.stdout  # 8 TestDriver tests and 5 real-broker tests
+    assert "18 passed" in done.stdout, done.stdout  # 12 TestDriver tests and 6 real-broker tests
     assert "failed" not in done.stdout and "skipped" not in done.stdout
     _run([sys.executable, "-m", "ruff", "check", *generated], repo_copy, env, 120)
     _run([sys.executable, "-m", "mypy", "--follow-imports=silent", *generated], repo_copy, env, 300)
@@ -65,7 +65,8 @@ def test_every_template_generated_into_this_repository_passes_its_tests(repo_cop
     # Prometheus scrapes each of them too.
     compose = (repo_copy / "docker-compose.yml").read_text()
     assert all(f"services.gen_{t}.pipeline:pipeline" in compose for t in TEMPLATES)
-    assert compose.count("<<: *service") == (ROOT / "docker-compose.yml").read_text().count("<<: *service") + 5
+    before = (ROOT / "docker-compose.yml").read_text().count("<<: *service")
+    assert compose.count("<<: *service") == before + len(TEMPLATES)
     scraped = targets_of((repo_copy / PROMETHEUS).read_text())
     assert scraped == sorted(targets_of((ROOT / PROMETHEUS).read_text())
                              + [f"gen-{t}:9400" for t in TEMPLATES])

@@ -31,7 +31,8 @@ def test_fw_demo_the_main_job_prints_its_results_and_no_raw_client_lines(kafka_b
     assert not RAW_CLIENT_LINE.search(result.stdout + result.stderr), result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("service", ["fraud-detection", "click-sessions", "traffic", "sales-per-month"])
+@pytest.mark.parametrize("service", ["fraud-detection", "click-sessions", "traffic", "sales-per-month",
+                                     "orders-enrich"])
 def test_fw_demo_service_checks_its_results(kafka_bootstrap: str, service: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "framework.cli", "demo", "--service", service, "--records", "300"],

@@ -15,6 +15,8 @@ from services.fire_alarm.pipeline import WITHIN_MS as FIRE_WITHIN_MS
 from services.fire_alarm.pipeline import pipeline as fire_alarm
 from services.hashtags.pipeline import hashtags as extract_hashtags
 from services.hashtags.pipeline import pipeline as hashtags
+from services.orders_enrich import demo as enrich_demo
+from services.orders_enrich import pipeline as enrich_pipeline
 from framework.demo import expected_window_means
 from services.sensors.pipeline import BOUND_MS, RISE_C, WINDOW_MS, build_pipeline
 from services.sensors.pipeline import pipeline as sensors
@@ -246,3 +248,91 @@ def test_fire_alarm_alerts_only_for_smoke_within_ten_minutes_of_a_high_temperatu
     assert driver.timers("fire-alarm") == []
     assert driver.state("fire-alarm", "hall", state="hot_at") is None
     assert driver.state("fire-alarm", "attic", state="hot_at") is None
+
+
+# -- orders enrich -------------------------------------------------------------------------
+
+T0 = 1_700_000_000_000
+FAR = 10**13  # a watermark past every record: all held orders are released
+
+
+def _customer(driver: TestDriver, customer: str, at: int, tier: str | None, name: str = "Ann") -> None:
+    """A customer record at ``T0 + at`` (``tier`` None: a delete, at its Kafka timestamp)."""
+    value = None if tier is None else {"customer_id": customer, "name": name, "tier": tier, "timestamp": T0 + at}
+    driver.pipe(enrich_pipeline.CUSTOMERS, value, key=customer, timestamp=T0 + at)
+
+
+def _order(driver: TestDriver, order: str, customer: str, at: int) -> None:
+    driver.pipe(enrich_pipeline.ORDERS, {"order_id": order, "customer_id": customer, "amount": 100,
+                                         "timestamp": T0 + at}, key=customer, timestamp=T0 + at)
+
+
+def _tiers(driver: TestDriver) -> list[tuple[str, str, str | None, int]]:
+    return [(r.key, r.value["order_id"], r.value["tier"], r.timestamp - T0)
+            for r in driver.output(enrich_pipeline.OUTPUT)]
+
+
+def test_orders_enrich_joins_each_order_with_its_customer_as_of_the_orders_time() -> None:
+    driver = TestDriver(enrich_pipeline.build_pipeline())
+    _customer(driver, "c-1", 0, "new")
+    _order(driver, "o-1", "c-1", 10_000)  # waits: the customers' watermark is behind 10 s
+    _order(driver, "o-2", "c-2", 11_000)  # no record of c-2 yet, nor ever before 11 s
+    assert _tiers(driver) == []
+    _customer(driver, "c-1", 12_000, "gold")  # after o-1 in event time: o-1 keeps "new"
+    _customer(driver, "c-2", 30_000, "silver")  # the watermark passes 11 s: both released
+    assert _tiers(driver) == [("c-1", "o-1", "new", 10_000), ("c-2", "o-2", None, 11_000)]
+    _order(driver, "o-3", "c-1", 20_000)  # behind the join's watermark: joined at once, as of 20 s
+    _customer(driver, "c-1", 40_000, None)  # a delete
+    _order(driver, "o-4", "c-1", 41_000)
+    _customer(driver, "c-1", 39_000, "new")  # arrives after the order, 2 s before it in event time
+    driver.advance_watermark(FAR)
+    assert _tiers(driver)[2:] == [("c-1", "o-3", "gold", 20_000), ("c-1", "o-4", None, 41_000)]
+    assert driver.output(enrich_pipeline.OUTPUT)[0].value == {
+        "order_id": "o-1", "customer_id": "c-1", "amount": 100, "timestamp": T0 + 10_000, "name": "Ann",
+        "tier": "new"}
+    assert driver.metrics().get("late_records.customers", 0) == 0
+
+
+def test_orders_enrich_an_order_waits_at_most_the_grace_for_a_silent_customers_partition() -> None:
+    driver = TestDriver(enrich_pipeline.build_pipeline())
+    _customer(driver, "c-1", 0, "new")
+    _order(driver, "o-1", "c-1", 1_000)
+    _order(driver, "o-2", "c-1", 1_000 + enrich_pipeline.GRACE_MS + enrich_pipeline.BOUND_MS)
+    assert _tiers(driver) == []  # the orders' watermark is at o-1's time + the grace - 1 ms
+    _order(driver, "o-3", "c-1", 1_001 + enrich_pipeline.GRACE_MS + enrich_pipeline.BOUND_MS)
+    assert _tiers(driver) == [("c-1", "o-1", "new", 1_000)]
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+@pytest.mark.parametrize("arrival", ["customers-first", "orders-first", "as-generated"])
+def test_orders_enrich_equals_a_brute_force_as_of_join_however_the_topics_interleave(
+        partitions: int, arrival: str) -> None:
+    """The demo's input (updates, deletes, disorder within the bound) in three interleavings of
+    the two topics, each topic's own order kept: the same joins, each order once."""
+    inputs = enrich_demo.generate(600, seed=3)
+    customers = [r for r in inputs if r[0] == enrich_pipeline.CUSTOMERS]
+    orders = [r for r in inputs if r[0] == enrich_pipeline.ORDERS]
+    fed = {"customers-first": customers + orders, "orders-first": orders + customers, "as-generated": inputs}
+    driver = TestDriver(enrich_pipeline.build_pipeline(), partitions=partitions)
+    for topic, key, value, ts in fed[arrival]:
+        driver.pipe(topic, value, key=key, timestamp=ts)
+    driver.advance_watermark(FAR)
+
+    everything = [*inputs, (enrich_pipeline.CUSTOMERS, "c-0", None, FAR)]  # releases every order
+    wanted = enrich_demo.expected(everything)
+    assert len(wanted) == len(orders) > 400
+    assert enrich_demo.observe({enrich_pipeline.OUTPUT: [(r.key, r.value) for r in
+                                                         driver.output(enrich_pipeline.OUTPUT)]}) == wanted
+    assert {tier for joined in wanted.values() for _, _, tier in joined} == {None, "new", "silver", "gold"}
+    assert driver.metrics().get("late_records.customers", 0) == 0 and driver.state_sizes()["enrich"] == 0
+
+
+def test_orders_enrich_sends_an_undecodable_order_to_the_dead_letter_topic() -> None:
+    driver = TestDriver(enrich_pipeline.build_pipeline())
+    driver.pipe_raw(enrich_pipeline.ORDERS, b"\xff not avro", key=b"c-1", timestamp=T0)
+    _customer(driver, "c-1", 0, "new")
+    _order(driver, "o-1", "c-1", 0)
+    driver.advance_watermark(FAR)
+    [dead] = driver.dead_letters()
+    assert (dead.key(), dead.value()) == (b"c-1", b"\xff not avro")
+    assert _tiers(driver) == [("c-1", "o-1", "new", 0)]
