@@ -67,6 +67,10 @@ class TaskContext(Protocol):
         the task runs."""
         ...
 
+    def count(self, metric: str, n: int = 1) -> None:
+        """Add ``n`` to the task's counter ``metric`` (``<kind>.<step>``)."""
+        ...
+
     def late_output(self, step: Any) -> Callable[[Any, Any, int], None]:
         """Where ``step``'s late records go."""
         ...

@@ -187,10 +187,11 @@ class TestDriver:
     # -- input ---------------------------------------------------------------------------
 
     def _source(self, topic: str) -> Topic:
-        for s in [*self.pipeline.sources(), *self.pipeline.global_tables()]:
-            if s.topic.name == topic:
-                return s.topic
-        names = [s.topic.name for s in [*self.pipeline.sources(), *self.pipeline.global_tables()]]
+        read: list[Topic] = [s.topic for s in self.pipeline.sources()] + [g.topic for g in self.pipeline.global_tables()]
+        for t in read:
+            if t.name == topic:
+                return t
+        names = [t.name for t in read]
         raise PipelineError(f"{topic!r} is not a source of pipeline {self.pipeline.name!r}; sources: {names}")
 
     def pipe(self, topic: str, value: Any, *, key: Any = None, timestamp: int | datetime = 0,
