@@ -26,6 +26,9 @@ from framework.engine.runner import ChangelogInfo, TaskRunner
 from framework.engine.task import Task
 from framework.errors import PipelineError
 from framework.headers import VALUE_ENCODING, dead_letter_value
+from framework.operators.table import TABLE_PREFIX, latest
+from framework.operators.table import as_of as table_as_of
+from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline, Topic
 from framework.records import Headers
 from framework.state.keys import keyed, state_prefix
@@ -398,6 +401,20 @@ class TestDriver:
             if value is not None:
                 return value
         return None
+
+    def table(self, name: str, key: Any, *, as_of: int | None = None) -> Any:
+        """The value of ``key`` in table ``name`` (a table, a joined table or a global table)
+        as of ``as_of`` (its latest value by default); None when it has no row then."""
+        step = self.pipeline.steps.get(name)
+        if not isinstance(step, (S.Table, S.GlobalTable)):
+            tables = [s.name for s in self.pipeline.steps.values() if isinstance(s, (S.Table, S.GlobalTable))]
+            raise PipelineError(f"no table {name!r}; tables: {tables}")
+        skey = keyed(TABLE_PREFIX, step.key_serde.serialize(key))
+        if isinstance(step, S.GlobalTable):
+            versions = self.runner.globals.tables[name].store.get(skey)
+        else:
+            versions = next((v for v in (t.stores[name].get(skey) for t in self.tasks) if v is not None), None)
+        return latest(versions) if as_of is None else table_as_of(versions, as_of)
 
     def state_sizes(self) -> dict[str, int]:
         """Keys held per store, summed over partitions."""

@@ -178,6 +178,20 @@ def test_a_tombstone_deletes_the_row_from_its_time_on() -> None:
     assert joined(d) == [("x", 0, "ann", 15), ("x", 1, None, 25)]
 
 
+def test_the_test_driver_reads_a_tables_value_as_of_a_time() -> None:
+    d = TestDriver(enrich(how="left"), partitions=3)
+    d.pipe("customers", {"name": "ann", "ts": 10}, key="x", timestamp=10)
+    d.pipe("customers", None, key="x", timestamp=20)
+    assert [d.table("customers", "x", as_of=t) for t in (9, 10, 19, 20)] == [None, {"name": "ann", "ts": 10},
+                                                                             {"name": "ann", "ts": 10}, None]
+    assert d.table("customers", "x") is None and d.table("customers", "nobody") is None
+    g = TestDriver(priced(), partitions=2)
+    g.pipe("products", {"price": 5, "ts": 10}, key="a")
+    assert g.table("products", "a") == {"price": 5, "ts": 10}
+    with pytest.raises(PipelineError, match=r"^no table 'priced'; tables: \['products'\]$"):
+        g.table("priced", "a")
+
+
 def test_an_inner_join_counts_what_it_drops() -> None:
     d = TestDriver(enrich(how="inner"))
     d.pipe("orders", {"id": 1, "ts": 5}, key="x", timestamp=5)
