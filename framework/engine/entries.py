@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from framework.engine.globals import PROGRESS_KEY
 from framework.errors import ConfigError, StateError
 from framework.pipeline import steps as S
 from framework.pipeline.definition import TIME_STORE, Pipeline
@@ -63,7 +64,7 @@ def store_step(pipeline: Pipeline, store: str) -> S.Step | None:
     if store == TIME_STORE and store in pipeline.store_names():
         return None
     step = pipeline.steps.get(store)
-    if step is None or not step.stateful:
+    if step is None or not (step.stateful or isinstance(step, S.GlobalTable)):
         raise ConfigError(f"{pipeline.name!r} has no store {store!r}; its stores: "
                           f"{', '.join(pipeline.store_names()) or 'none (no stateful step)'}")
     return step
@@ -189,10 +190,10 @@ def key_pairs(part: Readable, raw_key: bytes) -> Iterator[tuple[bytes, bytes]]:
 
 
 def state_pairs(part: Readable) -> Iterator[tuple[bytes, bytes]]:
-    """Every stored pair of the partition's states, in key order; meta entries and timers
-    left out."""
+    """Every stored pair of the partition's states, in key order; meta entries, timers and
+    a global table's progress left out."""
     for k, v in part.iter_range(META_END, None):
-        if not is_timer_state(k[:1 + k[0]]):
+        if not is_timer_state(k[:1 + k[0]]) and k != PROGRESS_KEY:
             yield k, v
 
 

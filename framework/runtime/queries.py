@@ -38,11 +38,13 @@ from framework.engine.entries import (
     key_pairs,
     state_pairs,
 )
+from framework.engine.globals import GLOBAL_PARTITION
 from framework.engine.partitioner import partition_for
 from framework.errors import ConfigError, KafkaClientError, StateError
 from framework.kafka.groups import group_members
 from framework.observe.endpoint import ask_json, parse_client_id
 from framework.observe.server import FORWARDED
+from framework.pipeline import steps as S
 
 DEFAULT_LIMIT = 100  # entries a scan returns unless ``limit`` says otherwise
 MAX_LIMIT = 10_000  # a scan's answer is one JSON document: it stays of a size a member can build
@@ -126,11 +128,14 @@ class LiveQueries:
         store, key = urllib.parse.unquote(store), urllib.parse.unquote(key)
         try:
             if not store:
-                return 200, {"stores": self.svc.pipeline.store_names()}
+                return 200, {"stores": self.svc.pipeline.store_names() + [g.name for g in
+                                                                          self.svc.pipeline.global_tables()]}
             if getattr(self.svc, "restorer", None) is None:  # set last of what a query reads
                 raise _Unavailable(503, {"error": "the member is starting: it answers queries once it has joined "
                                                   "its group; ask again"})
             layout = StoreLayout(self.svc.pipeline, store)
+            if isinstance(layout.step, S.GlobalTable):
+                return self._global(layout, key, params)
             owners = _Owners(self.svc)
             if key:
                 return self._get(layout, key, forwarded, owners)
@@ -139,6 +144,20 @@ class LiveQueries:
             return (404 if "has no store" in str(exc) else 400), {"error": str(exc)}
         except _Unavailable as exc:
             return exc.code, exc.body
+
+    def _global(self, layout: StoreLayout, key: str, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """A global table: every member holds all of it, so this one answers (what its
+        checkpoints wrote)."""
+        p = GLOBAL_PARTITION
+        if key:
+            raw = layout.encode_key(key)
+            base = {"store": layout.store, "key": layout.decode_key(raw), "partition": p}
+            return 200, {**base, **self._read(layout, p, "global", lambda part: key_pairs(part, raw))}
+        limit = scan_limit(params.get("limit"))
+        keep = KeyFilter(params.get("prefix") or None, *(layout.parse_key(params[b]) if params.get(b) else None
+                                                          for b in ("from", "to")))
+        rows = self._read(layout, p, "global", state_pairs, keep, limit + 1)["entries"]
+        return 200, {"store": layout.store, "partitions": [p], "entries": rows[:limit], "truncated": len(rows) > limit}
 
     def _get(self, layout: StoreLayout, key: str, forwarded: bool, owners: _Owners) -> tuple[int, dict[str, Any]]:
         raw = layout.encode_key(key)

@@ -16,6 +16,7 @@ from tests.integration import tables
 from tests.integration.harness import (
     ServiceProcess,
     Tail,
+    get_json,
     kill_at_random_after,
     produce_to_partitions,
     service_env,
@@ -85,6 +86,20 @@ def test_two_members_each_hold_the_whole_global_table_and_join_by_the_records_sk
             kill_at_random_after(victim, lambda p=progress: out.drain() > p, rng, "prices before a random kill")
     wait_until(lambda: out.drain() >= len(want), 300, f"{len(want)} priced orders",
                lambda: stable.log_text()[-3000:] + victim.log_text()[-3000:])
+    sku = evs[0][1]
+    versions: dict[int, Any] = {}  # the product's versions: of equal times, the later update
+    for kind, k, ts, v in evs:
+        if kind == "customer" and k == sku:
+            versions[ts] = None if v is None else {"tier": v, "ts": ts}
+    want_versions = [[ts, versions[ts]] for ts in sorted(versions)]
+
+    def answers(member: ServiceProcess) -> bool:
+        """The member answers for the product from its own copy, as its checkpoints wrote it."""
+        code, body = get_json(f"{member.endpoint()}/stores/products/{sku}")
+        return code == 200 and body["source"] == "global" and body["entries"][0]["value"] == want_versions
+
+    for member in (stable, victim):
+        wait_until(lambda m=member: answers(m), 60, f"{member.instance}'s copy of product {sku}")
     assert stable.stop() == 0 and victim.stop() == 0
     got = sorted((json.loads(r.value)["id"], json.loads(r.value)["price"]) for r in out.records)
     assert got == want
