@@ -796,5 +796,15 @@ def _stop(sc: SparkContext) -> None:
     sc.stop()
 
 
+def _said(code: int) -> None:
+    """``fw replay`` may stop waiting here (``framework.replay.launch``): the job is over, its
+    outputs committed, its summary printed; what is left is the JVM's exit."""
+    mark = os.environ.get("FW_REPLAY_EXIT_MARK")
+    if mark:
+        print(f"{mark} {code}", flush=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    _code = main(sys.argv)  # a job that raised is waited for to the JVM's end: its traceback comes last
+    _said(_code)
+    sys.exit(_code)

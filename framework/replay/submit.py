@@ -217,6 +217,10 @@ class ClassArchive:
         # the user's concern (errors still show)
         return ["-XX:+IgnoreUnrecognizedVMOptions", use, "-Xlog:cds*=error"]
 
+    def written_by(self, cmd: list[str]) -> bool:
+        """Whether the JVM of ``cmd`` writes this archive (not: maps it, or has options of its own)."""
+        return any(f"ArchiveClassesAtExit={self.writing}" in arg for arg in cmd)
+
     def keep(self, succeeded: bool) -> None:
         """After the run: the archive it wrote takes its key's place (a rename: a JVM never
         maps half a file, and of two runs writing one key the last rename wins whole), or the
