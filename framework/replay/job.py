@@ -266,6 +266,17 @@ def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None 
     return run
 
 
+def warm_function(plan_json: str) -> Any:
+    """A ``mapInArrow`` function that returns nothing: it makes its Python worker ready for the
+    stages' tasks (``_warm_workers``)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        _setup(plan_json)
+        return iter(())
+
+    return run
+
+
 def counters_function(plan_json: str, progress: tuple[str, int] | None = None) -> Any:
     """The function of a stage that reads its own ranges and returns only its tasks'
     counters (``_counters_only``), over a plain RDD of ``(task, ranges)``: each task's stats
@@ -473,6 +484,26 @@ class _Progress(threading.Thread):
             sys.stdout.flush()
 
 
+def _warm_workers(sc: SparkContext, spark: SparkSession | None, plan: ReplayPlan) -> None:
+    """On a local master, a job of one empty task per core (at most one per task of the
+    plan), run in a thread while the driver plans the first stage (3 s on two cores): each
+    forks a Python worker, which imports the job and loads the pipeline (``_setup``), and stays
+    for the stages' tasks (Spark reuses its workers). The first tasks started 1.5 s sooner
+    (docs/replay.md). A failure is the stage's to report: it meets the same."""
+    if spark is None or not sc.master.startswith("local"):
+        return
+    n = max(1, min(sc.defaultParallelism, plan.partitions))
+    frame = spark.range(0, n, 1, n).mapInArrow(warm_function(plan.to_json()), SPARK_SCHEMA)
+
+    def warm() -> None:
+        try:
+            frame.collect()
+        except Exception:  # noqa: BLE001 - see above
+            pass
+
+    threading.Thread(target=warm, name="fw-warm-workers", daemon=True).start()
+
+
 def run_stage(sc: SparkContext, plan: ReplayPlan, stage: int, frame: DataFrame | None
               ) -> tuple[DataFrame | None, dict[str, Any]]:
     """Runs ``stage`` over ``frame`` (None: a ``_counters_only`` stage, which makes its own
@@ -605,6 +636,7 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     a plain RDD job, has it made before)."""
     spark = None if _counters_only(plan) else _session()  # an archive is read by Spark SQL: never counters only
     started = time.monotonic()
+    _warm_workers(sc, spark, plan)
     if plan.archive:
         assert spark is not None
         _archive_ranges(spark, plan)
