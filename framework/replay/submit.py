@@ -195,7 +195,8 @@ LOCAL_JIT = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
 # dynamic class-data sharing keeps them in an archive that later JVMs map instead: with it, a
 # 4,000-record replay took 6.6 s from the command to its end instead of 9.3 s, its Spark
 # session up 2.5 s sooner (benchmarks/NOTES.md). The first run writes the archive as its JVM
-# exits (about 8 s more, once per Java, Spark and connector). A JVM that cannot use an archive
+# exits (15-25 s on two cores, once per Java, Spark and connector), after the command has ended
+# (``framework.replay.launch``). A JVM that cannot use an archive
 # (another build of Java, another class path) starts without it, as it would have.
 ARCHIVE_DAYS = 14  # an archive (and a shared Spark) unused this long is removed by the next run
 
