@@ -16,6 +16,7 @@ imports pyspark.
 """
 
 from __future__ import annotations
+print("[replay] T job start", flush=True)
 
 import base64
 import dataclasses
@@ -32,19 +33,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark import SparkConf, SparkContext, StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from framework.replay.daemon_path.fw_local_daemon import prefer_installed
 
-from framework.config import Config
-from framework.engine.record import Record
-from framework.errors import FrameworkError, PipelineError
-from framework.replay.order import SHOWN, OrderCheck, origin_names, planned_checks, refusal, upstream
-from framework.replay.plan import ReplayPlan, definition_of, summary
-from framework.replay.stage import Carry, Row, StageTask
+# Spark puts its zip of pyspark first on the driver's path, and Python compiles every module it
+# imports from a zip again in every process: the installed copy (the same code, its bytecode
+# compiled at install) when the zip is that package's (fw_local_daemon's docstring).
+prefer_installed(sys.path)
+
+from pyspark import SparkConf, SparkContext, StorageLevel  # noqa: E402 - after the path's fix
+from pyspark.sql import DataFrame, SparkSession, Window  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from framework.config import Config  # noqa: E402
+from framework.engine.record import Record  # noqa: E402
+from framework.errors import FrameworkError, PipelineError  # noqa: E402
+from framework.replay.order import SHOWN, OrderCheck, origin_names, planned_checks, refusal, upstream  # noqa: E402
+from framework.replay.plan import ReplayPlan, definition_of, summary  # noqa: E402
+from framework.replay.stage import Carry, Row, StageTask  # noqa: E402
 
 if TYPE_CHECKING:
     import pyarrow as pa
+print("[replay] T imported", flush=True)
 
 # The rows a stage returns, as Arrow types. pyarrow is imported where Arrow batches are made:
 # a task over a plain RDD (``_counters_only``) makes none, and its Python worker starts 0.1 s
@@ -266,17 +275,6 @@ def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None 
     return run
 
 
-def warm_function(plan_json: str) -> Any:
-    """A ``mapInArrow`` function that returns nothing: it makes its Python worker ready for the
-    stages' tasks (``_warm_workers``)."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        _setup(plan_json)
-        return iter(())
-
-    return run
-
-
 def counters_function(plan_json: str, progress: tuple[str, int] | None = None) -> Any:
     """The function of a stage that reads its own ranges and returns only its tasks'
     counters (``_counters_only``), over a plain RDD of ``(task, ranges)``: each task's stats
@@ -484,26 +482,6 @@ class _Progress(threading.Thread):
             sys.stdout.flush()
 
 
-def _warm_workers(sc: SparkContext, spark: SparkSession | None, plan: ReplayPlan) -> None:
-    """On a local master, a job of one empty task per core (at most one per task of the
-    plan), run in a thread while the driver plans the first stage (3 s on two cores): each
-    forks a Python worker, which imports the job and loads the pipeline (``_setup``), and stays
-    for the stages' tasks (Spark reuses its workers). The first tasks started 1.5 s sooner
-    (docs/replay.md). A failure is the stage's to report: it meets the same."""
-    if spark is None or not sc.master.startswith("local"):
-        return
-    n = max(1, min(sc.defaultParallelism, plan.partitions))
-    frame = spark.range(0, n, 1, n).mapInArrow(warm_function(plan.to_json()), SPARK_SCHEMA)
-
-    def warm() -> None:
-        try:
-            frame.collect()
-        except Exception:  # noqa: BLE001 - see above
-            pass
-
-    threading.Thread(target=warm, name="fw-warm-workers", daemon=True).start()
-
-
 def run_stage(sc: SparkContext, plan: ReplayPlan, stage: int, frame: DataFrame | None
               ) -> tuple[DataFrame | None, dict[str, Any]]:
     """Runs ``stage`` over ``frame`` (None: a ``_counters_only`` stage, which makes its own
@@ -634,9 +612,10 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     """Every stage, then (bootstrap) the handover offsets; returns the job's totals (its
     seconds from when Spark is ready: a replay that needs a Spark SQL session, every one but
     a plain RDD job, has it made before)."""
+    print("[replay] T replay", flush=True)
     spark = None if _counters_only(plan) else _session()  # an archive is read by Spark SQL: never counters only
+    print("[replay] T session", flush=True)
     started = time.monotonic()
-    _warm_workers(sc, spark, plan)
     if plan.archive:
         assert spark is not None
         _archive_ranges(spark, plan)
@@ -648,6 +627,7 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     if plan.output.startswith("parquet:"):
         prepare_parquet(sc, plan)
     frame = None if spark is None else _source_frame(spark, plan)
+    print("[replay] T frame", flush=True)
     grand: dict[str, Any] = {"records read": plan.records}
     busy = 0.0
     for stage in range(len(plan.stages)):
@@ -792,6 +772,18 @@ def main(argv: list[str]) -> int:
     # the context alone: Spark SQL's session is made when a step needs it (``_session``)
     sc = SparkContext.getOrCreate(SparkConf().setAppName(f"fw {mode} {plan.service}"))
     print(f"[replay] Spark UI: {sc.uiWebUrl}  master: {sc.master}", flush=True)
+    code: int | None = None
+    try:
+        code = _job(sc, plan, mode)
+        return code
+    finally:
+        if code is not None:  # a job that raised is waited for to the JVM's end: its traceback comes last
+            _said(code)
+        _stop(sc)
+
+
+def _job(sc: SparkContext, plan: ReplayPlan, mode: str) -> int:
+    """The replay or the archive, its summary or its error printed; returns the exit code."""
     try:
         if mode == "archive":
             n = archive(_session(), plan)
@@ -808,9 +800,15 @@ def main(argv: list[str]) -> int:
             raise
         print(f"error: {reason}", file=sys.stderr, flush=True)
         return 1
-    finally:
-        _stop(sc)
     return 0
+
+
+def _said(code: int) -> None:
+    """``fw replay`` may stop waiting here (``framework.replay.launch``): the job is over, its
+    outputs committed, its summary printed; what is left is Spark's stop and the JVM's exit."""
+    mark = os.environ.get("FW_REPLAY_EXIT_MARK")
+    if mark:
+        print(f"{mark} {code}", flush=True)
 
 
 def _session() -> SparkSession:
@@ -828,15 +826,5 @@ def _stop(sc: SparkContext) -> None:
     sc.stop()
 
 
-def _said(code: int) -> None:
-    """``fw replay`` may stop waiting here (``framework.replay.launch``): the job is over, its
-    outputs committed, its summary printed; what is left is the JVM's exit."""
-    mark = os.environ.get("FW_REPLAY_EXIT_MARK")
-    if mark:
-        print(f"{mark} {code}", flush=True)
-
-
 if __name__ == "__main__":
-    _code = main(sys.argv)  # a job that raised is waited for to the JVM's end: its traceback comes last
-    _said(_code)
-    sys.exit(_code)
+    sys.exit(main(sys.argv))

@@ -1,16 +1,18 @@
-"""Running a replay's ``spark-submit`` command, and, on a machine's first replay, leaving its
-JVM to write the class archive (``submit.ClassArchive``) without the user waiting for it.
+"""Running a replay's ``spark-submit`` command: the command ends when the job has, not when
+Spark has stopped and its JVM has exited; on a machine's first replay that JVM's exit writes
+the class archive (``submit.ClassArchive``), which no one waits for.
 
-A driver JVM started with ``-XX:ArchiveClassesAtExit`` writes the archive as it exits, after the
-job: 15-25 s on two cores. So such a run is started through a keeper (``python -m
-framework.replay.launch KEY_ARCHIVE WRITING -- COMMAND``): the JVM's parent, which waits for
-it, puts the archive in its place only when the JVM exited cleanly (``ClassArchive.keep``) and
-exits with it. ``fw replay`` relays the JVM's output; the job, told so by ``EXIT_MARK_ENV``,
-ends its output with a marker line and its exit code, once its outputs are committed and its
-summary printed. There ``fw replay`` stops relaying and exits with that code, while the keeper
-and the JVM finish on their own (nothing of the caller's is held: the JVM writes to pipes only
-``fw replay`` read). A job that fails without saying its code (a traceback) is waited for to
-the end, as before. The keeper holds a shared lock on the archive's directory while it waits:
+``fw replay`` relays the JVM's output; the job, told so by ``EXIT_MARK_ENV``, ends its output
+with a marker line and its exit code once its outputs are committed and its summary printed
+(before ``sc.stop()``). There ``fw replay`` stops relaying and exits with that code while the
+JVM stops Spark and exits on its own: 0.5 s, or, with ``-XX:ArchiveClassesAtExit``, 15-25 s on
+two cores. Nothing of the caller's is held (the JVM writes to pipes only ``fw replay`` read).
+A job that fails without saying its code (a traceback) is waited for to the end, as before.
+
+A JVM that writes the archive is started through a keeper (``python -m
+framework.replay.launch ARCHIVE WRITING -- COMMAND``): the JVM's parent, which waits for it,
+puts the archive in its place only when the JVM exited cleanly (``ClassArchive.keep``), and
+exits with it. The keeper holds a shared lock on the archive's directory while it waits:
 ``wait_for_archives`` takes it exclusively, to wait for every archive being written there.
 """
 
@@ -33,21 +35,24 @@ EXIT_MARK = "\x1e[fw-replay-exit]"  # a control character first: no output of a 
 
 
 def run(cmd: list[str], env: dict[str, str], archive: ClassArchive | None) -> int:
-    """Runs ``cmd`` to its exit code. When its JVM writes ``archive``, through a keeper, and
-    returns the job's code as soon as the job said it; else plainly."""
-    if archive is None or not archive.written_by(cmd):
-        code = subprocess.run(cmd, env=env).returncode
-        if archive is not None:
-            archive.keep(code == 0)
-        return code
-    keeper = [sys.executable, "-m", __name__, str(archive.path), str(archive.writing), "--", *cmd]
-    proc = subprocess.Popen(keeper, env={**env, EXIT_MARK_ENV: EXIT_MARK}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """Runs ``cmd`` (spark-submit) and returns the job's exit code as soon as the job says it:
+    Spark's stop and the JVM's exit go on without the command (0.5 s; a first run's archive
+    15-25 s). A JVM that writes ``archive`` is started through a keeper; a run that maps it
+    marks it used. A job that never says its code (it raised; a driver that runs elsewhere,
+    ``spark.submit.deployMode=cluster``) is waited for to its end."""
+    writes = archive is not None and archive.written_by(cmd)
+    if writes and archive is not None:
+        cmd = [sys.executable, "-m", __name__, str(archive.path), str(archive.writing), "--", *cmd]
+    proc = subprocess.Popen(cmd, env={**env, EXIT_MARK_ENV: EXIT_MARK}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     said = relay(proc.stdout, proc.stderr, sys.stdout.buffer, sys.stderr.buffer)
     proc.stdout.close()  # the JVM's later output (its exit's) goes nowhere: it ignores a closed pipe
     proc.stderr.close()
-    return said if said is not None else proc.wait()  # said: the keeper and the JVM end on their own
+    code = said if said is not None else proc.wait()  # said: the JVM (and its keeper) end on their own
+    if archive is not None and not writes:
+        archive.keep(code == 0)
+    return code
 
 
 def relay(out: IO[bytes], err: IO[bytes], to_out: IO[bytes], to_err: IO[bytes]) -> int | None:
