@@ -82,12 +82,17 @@ def test_a_job_that_does_not_say_its_code_is_waited_for_to_the_end(tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]  # its keeper is done: nothing left
 
 
-def test_a_run_that_maps_the_archive_runs_plainly_and_marks_it_used(tmp_path: Path,
-                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_run_that_maps_the_archive_ends_with_the_jobs_code_before_its_jvm_and_marks_the_archive_used(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     archive = ClassArchive(tmp_path / "k.jsa", tmp_path / "k.jsa.7.tmp")
     archive.path.write_bytes(b"whole")
     os.utime(archive.path, (0, 0))
-    cmd = ["sh", "-c", 'echo "$0"; exit 3', f"-XX:SharedArchiveFile={archive.path}"]
-    assert launch.run(cmd, dict(os.environ), archive) == 3
+    release = tmp_path / "release"
+    os.mkfifo(release)
+    jvm = 'echo "$0"; echo "$FW_REPLAY_EXIT_MARK 3"; read go < "$RELEASE"; exit 0'
+    cmd = ["sh", "-c", jvm, f"-XX:SharedArchiveFile={archive.path}"]
+    assert launch.run(cmd, {**os.environ, "RELEASE": str(release)}, archive) == 3  # the JVM is held
     assert capfd.readouterr().out == f"-XX:SharedArchiveFile={archive.path}\n"
     assert time.time() - archive.path.stat().st_mtime < 86_400  # used: its 14 days start again
+    with open(release, "w") as fifo:  # the "JVM" ends
+        fifo.write("go\n")
