@@ -16,7 +16,6 @@ imports pyspark.
 """
 
 from __future__ import annotations
-print("[replay] T job start", flush=True)
 
 import base64
 import dataclasses
@@ -53,7 +52,6 @@ from framework.replay.stage import Carry, Row, StageTask  # noqa: E402
 
 if TYPE_CHECKING:
     import pyarrow as pa
-print("[replay] T imported", flush=True)
 
 # The rows a stage returns, as Arrow types. pyarrow is imported where Arrow batches are made:
 # a task over a plain RDD (``_counters_only``) makes none, and its Python worker starts 0.1 s
@@ -612,9 +610,7 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     """Every stage, then (bootstrap) the handover offsets; returns the job's totals (its
     seconds from when Spark is ready: a replay that needs a Spark SQL session, every one but
     a plain RDD job, has it made before)."""
-    print("[replay] T replay", flush=True)
     spark = None if _counters_only(plan) else _session()  # an archive is read by Spark SQL: never counters only
-    print("[replay] T session", flush=True)
     started = time.monotonic()
     if plan.archive:
         assert spark is not None
@@ -627,7 +623,6 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     if plan.output.startswith("parquet:"):
         prepare_parquet(sc, plan)
     frame = None if spark is None else _source_frame(spark, plan)
-    print("[replay] T frame", flush=True)
     grand: dict[str, Any] = {"records read": plan.records}
     busy = 0.0
     for stage in range(len(plan.stages)):
