@@ -1,7 +1,7 @@
 """How long a small ``fw replay`` takes from the command to its end: warm (a machine that ran
 one before: the connector, the class archive and the code's zip are cached) and first run
 (a fresh ``FW_HOME``, so the connector is copied out of Maven's local repository and the
-JVM writes its class archive), each repeated.
+JVM writes its class archive, after the command's end: waited for, not counted), each repeated.
 
     .venv/bin/python benchmarks/replay_start.py                # 4,000 records, 3 repeats
     .venv/bin/python benchmarks/replay_start.py --records 10000 --repeat 3 --cases keyed-none
@@ -146,6 +146,8 @@ def _measure(opts: argparse.Namespace, env: dict[str, str]) -> dict[str, dict[st
     """Each case's runs: ``[wall s, job s]``. First runs each get a fresh ``FW_HOME``; warm runs
     share one of the benchmark's own (not the user's cache, which other checkouts' runs change),
     primed by an uncounted run of each case."""
+    from framework.replay.launch import wait_for_archives  # here: the executors import this module
+
     results: dict[str, dict[str, list[list[float | None]]]] = {}
     warm = {**env, "FW_HOME": tempfile.mkdtemp(prefix="fw-bench-home-")}
     try:
@@ -154,10 +156,14 @@ def _measure(opts: argparse.Namespace, env: dict[str, str]) -> dict[str, dict[st
                 runs = results.setdefault(case, {}).setdefault(kind, [])
                 if kind == "warm":
                     _replay(case, warm)  # the cache as a machine that ran one before has it
+                    wait_for_archives(Path(warm["FW_HOME"]) / "spark-cds")  # its JVM's exit writes the archive
                 for i in range(opts.repeat):
                     if kind == "first":  # a machine's first replay: nothing cached by fw
                         home = tempfile.mkdtemp(prefix="fw-bench-home-")
                         wall, job = _replay(case, {**env, "FW_HOME": home})
+                        # not counted: the archive its JVM writes after the command (the next run
+                        # would share the cores with it)
+                        wait_for_archives(Path(home) / "spark-cds")
                         shutil.rmtree(home, ignore_errors=True)
                     else:
                         wall, job = _replay(case, warm)

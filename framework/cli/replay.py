@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shlex
 import shutil
-import subprocess
 import sys
 import uuid
 from dataclasses import asdict
@@ -20,7 +19,7 @@ from framework.kafka.groups import held_records
 from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
 from framework.pipeline.loading import load_pipeline
-from framework.replay import ledger
+from framework.replay import launch, ledger
 from framework.replay.order import order_checks
 from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
 from framework.replay.submit import (cache_dir, class_archive, command, connector_jars, environment, package,
@@ -63,17 +62,15 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
     if config_file:  # the job's driver and (in local mode) executors read the same file as this command
         env["FW_CONFIG"] = str(Path(config_file).resolve())
     click.echo(f"[replay] {mode} of {plan.records:,} records on {master} (run {plan.run_id})")
-    if archive is not None and any(f"ArchiveClassesAtExit={archive.writing}" in arg for arg in cmd):
-        click.echo(f"[replay] Spark's JVM writes its class archive as it exits, once: later runs start from it sooner "
-                   f"({archive.path.parent})")
+    if archive is not None and archive.written_by(cmd):
+        click.echo(f"[replay] Spark's JVM writes its class archive as it exits, once, after this command has ended: "
+                   f"later runs start from it sooner ({archive.path.parent})")
     try:
-        code = subprocess.run(cmd, env=env).returncode
+        code = launch.run(cmd, env, archive)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # a dry run's stays: its command names the plan
         remove_unused(runs, days=1)
         remove_unused(runs.parent, days=1, named="[0-9a-f]{10}")  # where earlier versions kept each run's
-    if archive is not None:
-        archive.keep(code == 0)
     sys.exit(code)
 
 

@@ -32,16 +32,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark import SparkConf, SparkContext, StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from framework.replay.daemon_path.fw_local_daemon import prefer_installed
 
-from framework.config import Config
-from framework.engine.record import Record
-from framework.errors import FrameworkError, PipelineError
-from framework.replay.order import SHOWN, OrderCheck, origin_names, planned_checks, refusal, upstream
-from framework.replay.plan import ReplayPlan, definition_of, summary
-from framework.replay.stage import Carry, Row, StageTask
+# Spark puts its zip of pyspark first on the driver's path, and Python compiles every module it
+# imports from a zip again in every process: the installed copy (the same code, its bytecode
+# compiled at install) when the zip is that package's (fw_local_daemon's docstring).
+prefer_installed(sys.path)
+
+from pyspark import SparkConf, SparkContext, StorageLevel  # noqa: E402 - after the path's fix
+from pyspark.sql import DataFrame, SparkSession, Window  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from framework.config import Config  # noqa: E402
+from framework.engine.record import Record  # noqa: E402
+from framework.errors import FrameworkError, PipelineError  # noqa: E402
+from framework.replay.order import SHOWN, OrderCheck, origin_names, planned_checks, refusal, upstream  # noqa: E402
+from framework.replay.plan import ReplayPlan, definition_of, summary  # noqa: E402
+from framework.replay.stage import Carry, Row, StageTask  # noqa: E402
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -774,6 +781,18 @@ def main(argv: list[str]) -> int:
     # the context alone: Spark SQL's session is made when a step needs it (``_session``)
     sc = SparkContext.getOrCreate(SparkConf().setAppName(f"fw {mode} {plan.service}"))
     print(f"[replay] Spark UI: {sc.uiWebUrl}  master: {sc.master}", flush=True)
+    code: int | None = None
+    try:
+        code = _job(sc, plan, mode)
+        return code
+    finally:
+        if code is not None:  # a job that raised is waited for to the JVM's end: its traceback comes last
+            _said(code)
+        _stop(sc)
+
+
+def _job(sc: SparkContext, plan: ReplayPlan, mode: str) -> int:
+    """The replay or the archive, its summary or its error printed; returns the exit code."""
     try:
         if mode == "archive":
             n = archive(_session(), plan)
@@ -790,9 +809,15 @@ def main(argv: list[str]) -> int:
             raise
         print(f"error: {reason}", file=sys.stderr, flush=True)
         return 1
-    finally:
-        _stop(sc)
     return 0
+
+
+def _said(code: int) -> None:
+    """``fw replay`` may stop waiting here (``framework.replay.launch``): the job is over, its
+    outputs committed, its summary printed; what is left is Spark's stop and the JVM's exit."""
+    mark = os.environ.get("FW_REPLAY_EXIT_MARK")
+    if mark:
+        print(f"{mark} {code}", flush=True)
 
 
 def _session() -> SparkSession:

@@ -195,7 +195,8 @@ LOCAL_JIT = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
 # dynamic class-data sharing keeps them in an archive that later JVMs map instead: with it, a
 # 4,000-record replay took 6.6 s from the command to its end instead of 9.3 s, its Spark
 # session up 2.5 s sooner (benchmarks/NOTES.md). The first run writes the archive as its JVM
-# exits (about 8 s more, once per Java, Spark and connector). A JVM that cannot use an archive
+# exits (15-25 s on two cores, once per Java, Spark and connector), after the command has ended
+# (``framework.replay.launch``). A JVM that cannot use an archive
 # (another build of Java, another class path) starts without it, as it would have.
 ARCHIVE_DAYS = 14  # an archive (and a shared Spark) unused this long is removed by the next run
 
@@ -216,6 +217,10 @@ class ClassArchive:
         # a JVM without the option runs as before; what CDS says of classes it leaves out is not
         # the user's concern (errors still show)
         return ["-XX:+IgnoreUnrecognizedVMOptions", use, "-Xlog:cds*=error"]
+
+    def written_by(self, cmd: list[str]) -> bool:
+        """Whether the JVM of ``cmd`` writes this archive (not: maps it, or has options of its own)."""
+        return any(f"ArchiveClassesAtExit={self.writing}" in arg for arg in cmd)
 
     def keep(self, succeeded: bool) -> None:
         """After the run: the archive it wrote takes its key's place (a rename: a JVM never

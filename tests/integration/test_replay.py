@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from framework.broker.local import free_port_pair
 from framework.engine.partitioner import partition_for
 from framework.kafka.groups import active_members
+from framework.replay.launch import wait_for_archives
 from framework.replay.plan import output_topics
 from framework.replay.submit import cache_dir, connector_jars, environment, spark_home
 from tests.integration.harness import (
@@ -236,8 +237,8 @@ def _refused(args: list[str], env: dict[str, str], *expected: str) -> None:
 def test_the_first_replay_writes_the_jvms_class_archive_and_the_next_one_maps_it(
         kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine's first replay (here: a cache of its own, with the usual cache's Spark
-    connector) writes the driver JVM's class-data archive as the JVM exits; later replays name
-    it, and their JVM maps it: with ``-Xshare:on`` a JVM that cannot map it does not start."""
+    connector) writes the driver JVM's class-data archive as the JVM exits, after the command
+    has ended with the job; later replays name it, and their JVM maps it: with ``-Xshare:on`` a JVM that cannot map it does not start."""
     case = Case("avro_numbers", avro_numbers, reader="librdkafka")
     target = f"tests.integration.pipelines:{case.target}"
     pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
@@ -248,7 +249,8 @@ def test_the_first_replay_writes_the_jvms_class_archive_and_the_next_one_maps_it
     env = {**env, "FW_HOME": str(home)}
 
     first = replay(case, env, "--output", "none")
-    assert "writes its class archive as it exits" in first
+    assert "writes its class archive as it exits, once, after this command has ended" in first
+    wait_for_archives(home / "spark-cds")  # its JVM's exit, after the command's
     [archive] = (home / "spark-cds").iterdir()  # and nothing half-written beside it
     assert archive.suffix == ".jsa"
     planned = fw_replay(["replay", target, "--allow-nondeterministic", "--master", "local[2]", "--dry-run"], env)

@@ -24,7 +24,7 @@ from framework.pipeline import Pipeline, Topic
 from framework.replay.plan import (ReplayPlan, check_contract, definition_of, input_stages, stage_topics,
                                    store_stages)
 from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
-from framework.replay.daemon_path.fw_local_daemon import _installed_copies
+from framework.replay.daemon_path.fw_local_daemon import _installed_copies, prefer_installed
 from framework.replay import submit
 from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, ClassArchive, command, package, remove_unused
 from framework.serde import AvroSerde, StringSerde, load_schema
@@ -489,6 +489,21 @@ def test_the_daemon_drops_only_sparks_zips_of_the_installed_packages(tmp_path) -
     assert _installed_copies([older_py4j, str(site)]) == []  # another py4j than the one installed
     assert _installed_copies([elsewhere, str(site)]) == []  # a Spark of its own: not the installed package
     assert _installed_copies([own, py4j]) == []  # no pyspark installed: Spark's zips are all there is
+
+
+def test_the_driver_and_the_daemon_import_the_installed_pyspark_and_a_path_they_cannot_read_stays(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    site = tmp_path / "site-packages"
+    _package(site, "pyspark")
+    _package(site, "py4j", "0.10.9.9")
+    own = _zip(site / "pyspark" / "python" / "lib" / "pyspark.zip")
+    path = [str(tmp_path / "deps.zip"), own, str(site)]
+    prefer_installed(path)
+    assert path == [str(tmp_path / "deps.zip"), str(site)]  # changed in place: it is sys.path
+    odd: list[str] = [own, None, str(site)]  # type: ignore[list-item]
+    prefer_installed(odd)
+    assert odd == [own, None, str(site)]
+    assert capsys.readouterr().err.startswith("fw_local_daemon: pyspark from Spark's zip (")
 
 
 class _Spark:
