@@ -68,12 +68,15 @@ class TaskContext:
         """Call ``fn(watermark)`` whenever ``step``'s watermark advances."""
         self.clock_for(step).listeners.append((self.order[step], fn))
 
+    def input_clock(self, step: str, parent: str) -> Clock:
+        """The clock of the inputs reaching ``step``'s parent ``parent`` alone, saved in
+        checkpoints as ``<step>/<parent>`` (a name no step can have)."""
+        return self.time.clock(self.pipeline.step_inputs(parent), f"{step}/{parent}")
+
     def on_input_watermark(self, step: str, parent: str, fn: Callable[[int], None]) -> None:
-        """Call ``fn(watermark)`` whenever the watermark of the inputs reaching ``step``'s
-        parent ``parent`` advances. Its clock is saved in checkpoints as ``<step>/<parent>``
-        (a name no step can have)."""
-        clock = self.time.clock(self.pipeline.step_inputs(parent), f"{step}/{parent}")
-        clock.listeners.append((self.order[step], fn))
+        """Call ``fn(watermark)`` whenever the watermark of ``input_clock(step, parent)``
+        advances."""
+        self.input_clock(step, parent).listeners.append((self.order[step], fn))
 
     def global_table(self, name: str) -> Any:
         return self.globals.tables[name]

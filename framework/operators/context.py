@@ -49,6 +49,10 @@ class TaskContext(Protocol):
         """Call ``fn(watermark)`` whenever ``step``'s watermark advances."""
         ...
 
+    def input_clock(self, step: str, parent: str) -> Clock:
+        """The clock of ``step``'s input ``parent`` alone."""
+        ...
+
     def on_input_watermark(self, step: str, parent: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(watermark)`` whenever the watermark of ``step``'s input ``parent`` alone
         advances (a two-input step that also waits on one side)."""

@@ -191,14 +191,15 @@ def build_table_join(step: S.TableJoin, ctx: TaskContext, down: S.Push) -> dict[
         return as_of(table.get(keyed(TABLE_PREFIX, kb)), ts)
 
     waiting = _Waiting(step, ctx, lookup, joined)
-    clock = ctx.clock_for(name)  # min(stream, table), without idle inputs
+    clock = ctx.clock_for(name)  # min(stream, table), without idle inputs: the stream's when the table idles
+    table_clock = ctx.input_clock(name, table_parent)
 
     def stream_push(k: Any, v: Any, ts: int) -> None:
         if k is None:
             require_key(k, name)
         ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
         kb = ks(k)
-        if ts <= clock.watermark:  # the table is known up to here already
+        if ts <= table_clock.watermark or ts <= clock.watermark:  # the table is known up to here already
             joined(k, v, lookup(kb, v, ts), ts)
         else:
             waiting.hold(kb, v, ts)

@@ -145,6 +145,17 @@ def test_an_order_waits_for_the_table_to_reach_its_time() -> None:
     assert d.state_sizes()["enrich"] == 0  # nothing held, no timer left
 
 
+def test_an_order_the_table_has_passed_joins_at_once_though_the_orders_watermark_lags() -> None:
+    """The orders' watermark (bound 100) is far behind; the table's is past the order: nothing
+    can still change its row, so it joins now, and nothing is left waiting."""
+    d = TestDriver(enrich(bound=100))
+    d.pipe("customers", {"name": "ann", "ts": 10}, key="x", timestamp=10)
+    d.pipe("customers", {"name": "bea", "ts": 300}, key="x", timestamp=300)  # the table: 199
+    d.pipe("orders", {"id": 1, "ts": 150}, key="x", timestamp=150)  # the orders: 49
+    assert joined(d) == [("x", 1, "ann", 150)]
+    assert d.state_sizes()["enrich"] == 0
+
+
 def test_grace_bounds_the_wait_by_the_streams_own_watermark() -> None:
     d = TestDriver(enrich(grace_ms=5))
     d.pipe("customers", {"name": "ann", "ts": 10}, key="x", timestamp=10)
