@@ -179,9 +179,11 @@ def generate_join(n_orders: int, keys: int = JOIN_KEYS, seed: int = 42) -> JoinD
 
 
 def produce_join(bootstrap: str, customers_topic: str, orders_topic: str, data: JoinData) -> None:
-    """The customers topic (a delete is a record without a value; Kafka timestamp = ts) plus one
-    sentinel per partition 10 minutes ahead, which takes every system's table past the last
-    order; then the orders topic, keyed by customer like the customers."""
+    """The customers topic (a delete is a record without a value; Kafka timestamp = ts), then
+    the orders topic, keyed by customer like the customers; each with one sentinel per
+    partition 10 minutes ahead, which takes every system's table, and its stream's time, past
+    the last order (Kafka Streams' grace buffer and the framework's held orders are released
+    by the stream's time)."""
     p = _backlog_producer(bootstrap)
     enc_c, enc_o = Avro("customer").encode, Avro("order").encode
     errors: list[Any] = []
@@ -212,6 +214,10 @@ def produce_join(bootstrap: str, customers_topic: str, orders_topic: str, data: 
             timestamp=ts)
         if i % 10_000 == 0:
             p.poll(0)
+    for part in range(PARTITIONS):
+        put(orders_topic, key=SENTINEL_KEY.encode(),
+            value=enc_o({"id": -1 - part, "customer": SENTINEL_KEY, "amount": 0, "ts": end}), timestamp=end,
+            partition=part)
     if p.flush(120) or errors:
         raise SystemExit(f"producing the join's backlog failed: {errors[:3]}")
 
@@ -1099,7 +1105,8 @@ def main() -> None:
                    "latency_seconds": args.latency_seconds, "latency_warmup_s": args.latency_warmup,
                    "replay_masters": masters, "replay_readers": readers, "repeat": args.repeat,
                    **({"join_keys": args.join_keys, "join_versions": JOIN_VERSIONS,
-                       "join_delete_every": JOIN_DELETE_EVERY} if set(workloads) & set(JOIN_WORKLOADS) else {})},
+                       "join_delete_every": JOIN_DELETE_EVERY,
+                       "kstreams_join_grace_ms": int(os.environ.get("BENCH_JOIN_GRACE_MS", BOUND_MS))} if set(workloads) & set(JOIN_WORKLOADS) else {})},
         "systems": {s: SYSTEM_NAMES[s] for s in systems}, "workloads": {w: WORKLOADS[w] for w in workloads},
         "throughput": [], "latency": [], "profile": {},
     }
