@@ -318,6 +318,12 @@ def _wrong(r: dict | None) -> str:
     return f"{wrong:,} of {chk.get('expected', 0):,}" + (f" (+{missing - wrong:,} missing)" if missing > wrong else "")
 
 
+def _join_rounds(e: dict) -> str:
+    n = e["config"].get("repeat", 1)
+    return (f"{n} rounds, every system once per round: each row is the run with the median records/s, every "
+            "run's records/s in parentheses; ") if n > 1 else ""
+
+
 def join_section(runs: list[tuple[str, dict]], memory: list[tuple[str, dict]]) -> list[str]:
     """j1 per system (the run with the median records/s of each), and the table memory."""
     if not runs and not memory:
@@ -339,7 +345,7 @@ def join_section(runs: list[tuple[str, dict]], memory: list[tuple[str, dict]]) -
                       f"{c.get('join_versions')} versions, {dd.get('deletes', 0):,} deletes; both counts include one "
                       f"sentinel per partition), {c['partitions']} partitions, commit interval "
                       f"{c['commit_interval_ms']} ms, Kafka Streams' join grace {c.get('kstreams_join_grace_ms')} ms; "
-                      f"{m['cores']} cores, Quix Streams {m['quixstreams']}; {_rounds(e)}load average "
+                      f"{m['cores']} cores, Quix Streams {m['quixstreams']}; {_join_rounds(e)}load average "
                       f"{', '.join(f'{x:.2f}' for x in e['loadavg_at_start'])} at the start, "
                       f"{', '.join(f'{x:.2f}' for x in e.get('loadavg_at_end', []))} at the end).", ""]
             idx = _index(rows)
