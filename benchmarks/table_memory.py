@@ -35,8 +35,19 @@ from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from benchmarks.suite import (  # noqa: E402
-    BASE_TS, PY, RESULTS, GroupProgress, ProcTree, _avro_long, _backlog_producer, create_topics, end_offsets,
-    launch_spec, log, machine, stop,
+    BASE_TS,
+    PY,
+    RESULTS,
+    GroupProgress,
+    ProcTree,
+    _avro_long,
+    _backlog_producer,
+    create_topics,
+    end_offsets,
+    launch_spec,
+    log,
+    machine,
+    stop,
 )
 from framework.config import Config  # noqa: E402
 
@@ -103,7 +114,7 @@ def main() -> None:
                             start_new_session=True)
     tree = ProcTree(proc.pid)
     res: dict[str, Any] = {"run": run, "machine": machine(), "keys": args.keys, "versions": args.versions,
-                           "command": " ".join(["fw", "run", APP]), "loadavg_before": os.getloadavg()}
+                           "command": f"fw run {APP}", "loadavg_before": os.getloadavg()}
     try:
         deadline = time.monotonic() + 120
         while not group_stable(admin, group):
