@@ -3,8 +3,10 @@
     benchmarks/.venv-quix/bin/python benchmarks/report.py [--no-plot] benchmarks/results/<run>.json \
         [<latency-run>.json ...] [<replay-run>.json ...]
 
-Further files add their latency runs (a section each) and their replay runs (``--phases
-...,replay``: the "Replay on Spark" section, next to the live ``fw-1`` run of the same file).
+Further files add their latency runs (a section each), their replay runs (``--phases
+...,replay``: the "Replay on Spark" section, next to the live ``fw-1`` run of the same file),
+their stream-table join runs (``--workloads j1``) and the table memory of
+``table_memory.py`` (``*-table-memory.json``): the "Stream-table join" section.
 ``--no-plot`` leaves docs/benchmarks.png as it is; the plot is drawn only from a main file that
 compares several systems.
 (matplotlib comes from the benchmark venv, never from the project's dependencies; without it
@@ -301,6 +303,76 @@ def supplementary(d: dict, extra: list[tuple[str, dict]]) -> list[str]:
     return lines
 
 
+# --- the stream-table join ----------------------------------------------------------------
+
+JOINS = ("j1",)
+
+
+def _wrong(r: dict | None) -> str:
+    """Outputs that differ from the reference: an order joined with another value than its
+    customer's as of its time (one missing and one extra tuple each), or none at all."""
+    chk = (r or {}).get("check") or {}
+    if chk.get("ok") is None:
+        return "–"
+    wrong, missing = chk.get("extra", 0), chk.get("missing", 0)
+    return f"{wrong:,} of {chk.get('expected', 0):,}" + (f" (+{missing - wrong:,} missing)" if missing > wrong else "")
+
+
+def _join_rounds(e: dict) -> str:
+    n = e["config"].get("repeat", 1)
+    return (f"{n} rounds, every system once per round: each row is the run with the median records/s, every "
+            "run's records/s in parentheses; ") if n > 1 else ""
+
+
+def join_section(runs: list[tuple[str, dict]], memory: list[tuple[str, dict]]) -> list[str]:
+    """j1 per system (the run with the median records/s of each), and the table memory."""
+    if not runs and not memory:
+        return []
+    lines = ["## Stream-table join", "",
+             "j1: an orders stream joined with a customers table as of each order's time, left join "
+             "(`benchmarks/run --workloads j1`; the data and each system's join in "
+             "[benchmarks/README.md](../benchmarks/README.md#the-stream-table-join-j1)). Records/s counts the "
+             "records of both topics (orders and customer updates) from the first output (or commit) to the last; "
+             "CPU seconds per million and peak RSS as in the tables above; *wrong outputs*: orders joined with "
+             "another value than their customer's as of their time.", ""]
+    for name, e in runs:
+        rows = [r for r in e["throughput"] if r["workload"] in JOINS]
+        c, m, data = e["config"], e["machine"], e.get("join_data", {})
+        for w in dict.fromkeys(r["workload"] for r in rows):
+            dd = data.get(w, {})
+            lines += [f"From `benchmarks/results/{name}` (run {e['run']}; {dd.get('orders', 0):,} orders and "
+                      f"{dd.get('customer_updates', 0):,} customer updates ({dd.get('customers', 0):,} customers x "
+                      f"{c.get('join_versions')} versions, {dd.get('deletes', 0):,} deletes; both counts include one "
+                      f"sentinel per partition), {c['partitions']} partitions, commit interval "
+                      f"{c['commit_interval_ms']} ms, Kafka Streams' join grace {c.get('kstreams_join_grace_ms')} ms; "
+                      f"{m['cores']} cores, Quix Streams {m['quixstreams']}; {_join_rounds(e)}load average "
+                      f"{', '.join(f'{x:.2f}' for x in e['loadavg_at_start'])} at the start, "
+                      f"{', '.join(f'{x:.2f}' for x in e.get('loadavg_at_end', []))} at the end).", ""]
+            idx = _index(rows)
+            for g in dict.fromkeys(r["guarantee"] for r in rows if r["workload"] == w):
+                lines += [f"**{w}, {G[g]}**", "",
+                          "| system | records/s | CPU s per million | peak RSS, MB | wrong outputs | load avg (1 min) before |",
+                          "|---|---:|---:|---:|---:|---:|"]
+                for s in [s for s in ORDER if (w, g, s) in idx]:
+                    r = idx[(w, g, s)]
+                    load = r.get("loadavg_before") or [None]
+                    lines.append(f"| `{s}` | {_tp_cell(r)}{_spread(r)} | {_fmt(r.get('cpu_s_per_million'))} | "
+                                 f"{_fmt(r.get('peak_rss_mb'))} | {_wrong(r)} | "
+                                 f"{'–' if load[0] is None else f'{load[0]:.2f}'} |")
+                lines.append("")
+    for name, mem in memory:
+        lines += [f"**A table of {mem['keys']:,} keys x {mem['versions']} versions** (`benchmarks/table_memory.py`, "
+                  f"`benchmarks/results/{name}`; one `fw run` process, the table in RocksDB with its changelog; load "
+                  f"average {mem['loadavg_before'][0]:.2f} before)", "",
+                  "| empty service RSS | RSS with the table | peak RSS while filling | RSS per key | state on disk, "
+                  "running | state on disk, stopped | per key on disk | fill |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|",
+                  f"| {_fmt(mem['rss_empty_mb'])} MB | {_fmt(mem['rss_full_mb'])} MB | {_fmt(mem['peak_rss_mb'])} MB | "
+                  f"{mem['per_key_rss_bytes']:,} B | {_fmt(mem['disk_running_mb'])} MB | {_fmt(mem['disk_stopped_mb'])} MB | "
+                  f"{mem['per_key_disk_bytes']:,} B | {mem['records']:,} records in {_fmt(mem['fill_s'])} s |", ""]
+    return lines
+
+
 # --- replay on Spark ---------------------------------------------------------------------
 
 SCALING_TARGET = 1.7
@@ -549,6 +621,9 @@ def main() -> None:
     path = Path(files[0])
     d = json.loads(path.read_text())
     extra = [(Path(p).name, json.loads(Path(p).read_text())) for p in files[1:]]
+    memory = [(n, e) for n, e in extra if "rss_full_mb" in e]
+    extra = [(n, e) for n, e in extra if "rss_full_mb" not in e]
+    joins = [(n, e) for n, e in [(path.name, d)] + extra if any(r["workload"] in JOINS for r in e["throughput"])]
     latency_extra = [(n, e) for n, e in extra if e.get("latency")]
     replays = [(path.name, d)] if d.get("replay") else []
     replays += [(n, e) for n, e in extra if e.get("replay")]
@@ -556,7 +631,7 @@ def main() -> None:
     if not keep_plot and len(d["systems"]) > 1 and _have_matplotlib():
         plot(d, [(n, e) for n, e in latency_extra if len(e["systems"]) > 1])  # comparisons only, not soaks
     text = markdown(d, path.name)
-    inserted = supplementary(d, latency_extra) + replay_section(replays)
+    inserted = supplementary(d, latency_extra) + replay_section(replays) + join_section(joins, memory)
     if inserted:
         marker = "## Targets"
         text = text.replace(marker, "\n".join(inserted) + "\n" + marker, 1)

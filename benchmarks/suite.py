@@ -24,6 +24,7 @@ Per run:
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import pickle
@@ -51,8 +52,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from benchmarks.common import (  # noqa: E402
-    AVRO_DIR, BOUND_MS, GAP_MS, GUARANTEES, KEYS, MAX_JITTER_MS, OUTPUT_SCHEMA, RECORDS_PER_2MS,
-    SENTINEL_AHEAD_MS, SENTINEL_KEY, WINDOW_MS, WORKLOADS, keep, mapped, schema,
+    AVRO_DIR, BOUND_MS, GAP_MS, GUARANTEES, JOIN_DELETE_EVERY, JOIN_KEYS, JOIN_VERSIONS, JOIN_WORKLOADS, KEYS,
+    MAX_JITTER_MS, OUTPUT_SCHEMA, RECORDS_PER_2MS, SENTINEL_AHEAD_MS, SENTINEL_KEY, WINDOW_MS, WORKLOADS, keep, mapped,
+    schema,
 )
 from framework.config import Config  # noqa: E402
 
@@ -105,11 +107,15 @@ class Avro:
         return fastavro.schemaless_reader(BytesIO(b), self.parsed)
 
 
+def _backlog_producer(bootstrap: str) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 20,
+                     "partitioner": "murmur2_random", "compression.type": "lz4",
+                     "queue.buffering.max.messages": 1_000_000})
+
+
 def produce_backlog(bootstrap: str, topic: str, events: list[tuple[str, int, int]]) -> None:
     enc = Avro("event").encode
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 20,
-                  "partitioner": "murmur2_random", "compression.type": "lz4",
-                  "queue.buffering.max.messages": 1_000_000})
+    p = _backlog_producer(bootstrap)
     errors: list[Any] = []
 
     def dr(err: Any, _m: Any) -> None:
@@ -135,6 +141,101 @@ def produce_backlog(bootstrap: str, topic: str, events: list[tuple[str, int, int
             partition=part)
     if p.flush(120) or errors:
         raise SystemExit(f"producing the backlog failed: {errors[:3]}")
+
+
+@dataclass
+class JoinData:
+    """j1's input: customers updates ``(key, value or None for a delete, ts)`` in the order
+    they are produced, and orders ``(id, customer, amount, ts)``."""
+    customers: list[tuple[str, int | None, int]]
+    orders: list[tuple[int, str, int, int]]
+
+
+def generate_join(n_orders: int, keys: int = JOIN_KEYS, seed: int = 42) -> JoinData:
+    """Orders keyed by customer, event time as in ``generate`` (10 orders per ms, each ts up to
+    998 ms behind its position). Each customer gets ``JOIN_VERSIONS`` values at distinct random
+    even times from a quarter of the span before the first order to the last, so early orders
+    find no customer yet and each later one finds one of its versions; every
+    ``JOIN_DELETE_EVERY``-th customer is deleted after its last value. Updates are produced in
+    the order of ts + up to 998 ms (disorder below the 2 s bound, so none is late)."""
+    rng = random.Random(seed)
+    span = max(2, 2 * (n_orders // RECORDS_PER_2MS))
+    names = [f"c{i:06d}" for i in range(keys)]
+    orders = []
+    for i in range(n_orders):
+        nominal = BASE_TS + 2 * (i // RECORDS_PER_2MS)
+        orders.append((i, names[rng.randrange(keys)], 1 + rng.randrange(1000),
+                       nominal - 2 * rng.randrange(MAX_JITTER_MS // 2 + 1)))
+    first, slots = BASE_TS - span // 4, (span + span // 4) // 2
+    updates: list[tuple[int, str, int | None, int]] = []  # (arrival, key, value, ts)
+    for i, name in enumerate(names):
+        times = sorted(first + 2 * s for s in rng.sample(range(slots), JOIN_VERSIONS + 1))
+        for ts in times[:JOIN_VERSIONS]:
+            updates.append((ts + rng.randrange(MAX_JITTER_MS + 1), name, rng.randrange(1_000_000), ts))
+        if i % JOIN_DELETE_EVERY == 0:
+            updates.append((times[-1] + rng.randrange(MAX_JITTER_MS + 1), name, None, times[-1]))
+    updates.sort(key=lambda u: u[0])
+    return JoinData([(k, v, ts) for _, k, v, ts in updates], orders)
+
+
+def produce_join(bootstrap: str, customers_topic: str, orders_topic: str, data: JoinData) -> None:
+    """The customers topic (a delete is a record without a value; Kafka timestamp = ts), then
+    the orders topic, keyed by customer like the customers; each with one sentinel per
+    partition 10 minutes ahead, which takes every system's table, and its stream's time, past
+    the last order (Kafka Streams' grace buffer and the framework's held orders are released
+    by the stream's time)."""
+    p = _backlog_producer(bootstrap)
+    enc_c, enc_o = Avro("customer").encode, Avro("order").encode
+    errors: list[Any] = []
+
+    def dr(err: Any, _m: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    def put(topic: str, **kw: Any) -> None:
+        while True:
+            try:
+                p.produce(topic, on_delivery=dr, **kw)
+                return
+            except BufferError:
+                p.poll(0.05)
+
+    for i, (k, v, ts) in enumerate(data.customers):
+        put(customers_topic, key=k.encode(), value=None if v is None else enc_c({"id": k, "value": v, "ts": ts}),
+            timestamp=ts)
+        if i % 10_000 == 0:
+            p.poll(0)
+    end = max(ts for *_, ts in data.orders) + SENTINEL_AHEAD_MS if data.orders else BASE_TS
+    for part in range(PARTITIONS):
+        put(customers_topic, key=SENTINEL_KEY.encode(), value=enc_c({"id": SENTINEL_KEY, "value": 0, "ts": end}),
+            timestamp=end, partition=part)
+    for i, (oid, k, amount, ts) in enumerate(data.orders):
+        put(orders_topic, key=k.encode(), value=enc_o({"id": oid, "customer": k, "amount": amount, "ts": ts}),
+            timestamp=ts)
+        if i % 10_000 == 0:
+            p.poll(0)
+    for part in range(PARTITIONS):
+        put(orders_topic, key=SENTINEL_KEY.encode(),
+            value=enc_o({"id": -1 - part, "customer": SENTINEL_KEY, "amount": 0, "ts": end}), timestamp=end,
+            partition=part)
+    if p.flush(120) or errors:
+        raise SystemExit(f"producing the join's backlog failed: {errors[:3]}")
+
+
+def join_reference(data: JoinData) -> Counter:
+    """j1's expected outputs: ``(order id, the customer's value as of the order's ts)``, the
+    newest version at or before it (None: none yet, or a delete)."""
+    versions: dict[str, list[tuple[int, int | None]]] = {}
+    for k, v, ts in data.customers:
+        versions.setdefault(k, []).append((ts, v))
+    for vs in versions.values():
+        vs.sort(key=lambda x: x[0])  # distinct times per key
+    out: Counter = Counter()
+    for oid, k, _amount, ts in data.orders:
+        vs = versions.get(k, [])
+        i = bisect.bisect_right(vs, ts, key=lambda x: x[0])
+        out[(oid, vs[i - 1][1] if i else None)] += 1
+    return out
 
 
 # --- the reference and the comparable form of outputs -------------------------------------
@@ -189,6 +290,8 @@ def reduce_outputs(workload: str, records: list[tuple[bytes | None, bytes | None
         v = dec(vb)
         if workload == "w1":
             out[(k, v["value"], v["ts"])] += 1
+        elif workload == "j1":
+            out[(v["id"], v["customer_value"])] += 1
         elif workload == "w2":
             out[(k, v["count"], v["sum"])] += 1
         elif workload == "w3":
@@ -250,12 +353,12 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 300) -> list[tuple[b
 
 
 class GroupProgress:
-    """Committed offsets of a consumer group on the input topic, and end offsets of the output."""
+    """Committed offsets of a consumer group on the input topics, and end offsets of the output."""
 
-    def __init__(self, bootstrap: str, group: str, input_topic: str, output_topic: str) -> None:
+    def __init__(self, bootstrap: str, group: str, input_topics: list[str], output_topic: str) -> None:
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                            "isolation.level": "read_committed"})
-        self.tps = [TopicPartition(input_topic, p) for p in range(PARTITIONS)]
+        self.tps = [TopicPartition(t, p) for t in input_topics for p in range(PARTITIONS)]
         self.out = [TopicPartition(output_topic, p) for p in range(PARTITIONS)]
 
     def committed(self) -> int:
@@ -384,12 +487,12 @@ class Launch:
 
 
 def launch_spec(system: str, workload: str, guarantee: str, bootstrap: str, input_topic: str, output_topic: str,
-                group: str, state_dir: str, commit_ms: int, cores: int, ks_threads: int) -> Launch:
+                group: str, state_dir: str, commit_ms: int, cores: int, ks_threads: int, table_topic: str = "") -> Launch:
     env = dict(os.environ)
     env.update(BENCH_BOOTSTRAP=bootstrap, BENCH_WORKLOAD=workload, BENCH_GUARANTEE=guarantee,
                BENCH_INPUT=input_topic, BENCH_OUTPUT=output_topic, BENCH_GROUP=group, BENCH_STATE_DIR=state_dir,
                BENCH_COMMIT_MS=str(commit_ms), BENCH_AVRO_DIR=str(AVRO_DIR), BENCH_THREADS=str(ks_threads),
-               PYTHONPATH=str(ROOT))
+               BENCH_TABLE=table_topic, PYTHONPATH=str(ROOT))
     if system in ("fw-1", "fw-n"):
         env.update(FW_BOOTSTRAP_SERVERS=bootstrap, FW_GUARANTEE=guarantee, FW_STATE_DIR=state_dir,
                    FW_PROCESSING__CHECKPOINT_INTERVAL_MS=str(commit_ms))
@@ -447,12 +550,13 @@ def _names(ctx: Ctx, phase: str, system: str, workload: str, guarantee: str) -> 
 
 
 def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_topic: str, total: int,
-                   expected: Counter, profile: bool = False) -> dict[str, Any]:
+                   expected: Counter, profile: bool = False, table_topic: str = "") -> dict[str, Any]:
+    """``total``: the records of the input topic and of ``table_topic`` (j1's customers) together."""
     group, out_topic = _names(ctx, "tp" if not profile else "prof", system, workload, guarantee)
     create_topics(ctx.admin, [out_topic])
     state = tempfile.mkdtemp(prefix="bench-state-")
     spec = launch_spec(system, workload, guarantee, ctx.bootstrap, input_topic, out_topic, group, state,
-                       ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads)
+                       ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads, table_topic)
     logf = open(ctx.logs / f"{group}.log", "w")
     load_before = os.getloadavg()
     t_launch = time.monotonic()
@@ -465,7 +569,8 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
         spy = subprocess.Popen([str(BENCH / ".venv-quix" / "bin" / "py-spy"), "record", "--pid", str(proc.pid),
                                 "--rate", "250", "--format", "raw", "--output", str(prof_file), "--nonblocking"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    tree, prog = ProcTree(proc.pid), GroupProgress(ctx.bootstrap, group, input_topic, out_topic)
+    tree = ProcTree(proc.pid)
+    prog = GroupProgress(ctx.bootstrap, group, [input_topic] + ([table_topic] if table_topic else []), out_topic)
     # t, committed, out_end, cpu, rss, hwm, the broker's cpu (None: not the local broker)
     samples: list[tuple[float, int, int, float, int, int, float | None]] = []
     deadline = t_launch + ctx.args.run_timeout
@@ -503,7 +608,7 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
     res: dict[str, Any] = {"system": system, "workload": workload, "guarantee": guarantee, "records": total,
                            "status": status, "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
     if status == "ok":
-        res.update(_throughput_numbers(samples, total, final_out, workload in ("w1", "w2")))
+        res.update(_throughput_numbers(samples, total, final_out, workload in ("w1", "w2", "j1")))
     elif status.startswith("timed out"):
         res.update(_partial_rate(samples))
     res["peak_rss_mb"] = round(max(s[5] for s in samples) / 2**20, 1) if samples else None
@@ -894,6 +999,38 @@ def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
 
 # --- main -------------------------------------------------------------------------------
 
+def join_throughput(ctx: Ctx, workload: str, systems: list[str], guarantees: list[str], results: dict[str, Any],
+                    save: Any) -> None:  # noqa: ANN401
+    """j1 over its own two topics: ``--join-keys`` customers, ``--records`` orders; every
+    (system, guarantee) ``--repeat`` times, in rounds, as the other workloads' live runs."""
+    log(f"generating {ctx.args.join_keys:,} customers x {JOIN_VERSIONS} versions and {ctx.args.records:,} orders")
+    data = generate_join(ctx.args.records, ctx.args.join_keys)
+    customers, orders = f"bench-{ctx.run_id}-customers", f"bench-{ctx.run_id}-orders"
+    create_topics(ctx.admin, [customers, orders])
+    t = time.monotonic()
+    produce_join(ctx.bootstrap, customers, orders, data)
+    n_customers, n_orders = end_offsets(ctx.bootstrap, customers), end_offsets(ctx.bootstrap, orders)
+    log(f"backlog: {n_customers:,} customer updates in {customers}, {n_orders:,} orders in {orders} "
+        f"({time.monotonic() - t:.1f}s)")
+    results.setdefault("join_data", {})[workload] = {
+        "customer_updates": n_customers, "orders": n_orders, "customers": ctx.args.join_keys,
+        "deletes": sum(1 for _, v, _ in data.customers if v is None)}
+    expected = join_reference(data)
+    del data
+    for rnd in range(ctx.args.repeat):
+        ctx.round = rnd
+        for g in guarantees:
+            for s in systems:
+                log(f"throughput {workload} {g} {s}{f' (round {rnd + 1})' if ctx.args.repeat > 1 else ''} ...")
+                r = {**throughput_run(ctx, s, workload, g, orders, n_customers + n_orders, expected,
+                                      table_topic=customers), "round": rnd}
+                results["throughput"].append(r)
+                save()
+                log(f"  -> {r.get('records_per_s')} rec/s, cpu {r.get('cpu_s_per_million')} s/M, "
+                    f"rss {r.get('peak_rss_mb')} MB, check {'ok' if r['check']['ok'] else r['check']} [{r['status']}]")
+    ctx.round = 0
+
+
 def machine() -> dict[str, Any]:
     mem = next((int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal")), 0)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
@@ -908,7 +1045,9 @@ def machine() -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--records", type=int, default=1_000_000, help="input records (j1: orders)")
+    ap.add_argument("--join-keys", type=int, default=JOIN_KEYS,
+                    help=f"j1: customers in the table, each updated {JOIN_VERSIONS} times")
     ap.add_argument("--workloads", default="w1,w2,w3,w4")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--guarantees", default=",".join(GUARANTEES))
@@ -964,7 +1103,10 @@ def main() -> None:
                    "window_ms": WINDOW_MS, "watermark_bound_ms": BOUND_MS, "session_gap_ms": GAP_MS,
                    "kstreams_threads": args.ks_threads, "fw_processes_n": ctx.cores,
                    "latency_seconds": args.latency_seconds, "latency_warmup_s": args.latency_warmup,
-                   "replay_masters": masters, "replay_readers": readers, "repeat": args.repeat},
+                   "replay_masters": masters, "replay_readers": readers, "repeat": args.repeat,
+                   **({"join_keys": args.join_keys, "join_versions": JOIN_VERSIONS,
+                       "join_delete_every": JOIN_DELETE_EVERY,
+                       "kstreams_join_grace_ms": int(os.environ.get("BENCH_JOIN_GRACE_MS", BOUND_MS))} if set(workloads) & set(JOIN_WORKLOADS) else {})},
         "systems": {s: SYSTEM_NAMES[s] for s in systems}, "workloads": {w: WORKLOADS[w] for w in workloads},
         "throughput": [], "latency": [], "profile": {},
     }
@@ -981,8 +1123,15 @@ def main() -> None:
 
     phases = args.phases.split(",")
     best: dict[tuple[str, str], float] = {}
+    joins = [w for w in workloads if w in JOIN_WORKLOADS]
+    if joins and ("latency" in phases or "replay" in phases or args.profile):
+        log(f"{','.join(joins)}: measured in the throughput phase only (no latency, replay or profile runs)")
+    workloads = [w for w in workloads if w not in JOIN_WORKLOADS]
     try:
-        if "throughput" in phases or "replay" in phases or args.profile:
+        if "throughput" in phases:
+            for w in joins:
+                join_throughput(ctx, w, systems, guarantees, results, save)
+        if workloads and ("throughput" in phases or "replay" in phases or args.profile):
             log(f"generating {args.records:,} records")
             events = generate(args.records)
             input_topic = f"bench-{ctx.run_id}-input"

@@ -1,4 +1,4 @@
-"""The four workloads as pipelines of this framework.
+"""The workloads as pipelines of this framework (W1-W4, and j1: a stream-table join).
 
 Run by the suite as ``python -m framework.cli run benchmarks.apps.fw_app:pipeline
 [--processes N]`` from the repository root, with the BENCH_* variables of
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from framework import AvroSerde, Pipeline, SessionWindows, StringSerde, Topic, TumblingWindows, WatermarkStrategy
 
-from benchmarks.common import BOUND_MS, GAP_MS, OUTPUT_SCHEMA, WINDOW_MS, keep, mapped, schema, settings
+from benchmarks.common import (
+    BOUND_MS, GAP_MS, HISTORY_MS, OUTPUT_SCHEMA, WINDOW_MS, enrich, keep, mapped, schema, settings,
+)
 
 
 def _w1_map(e: dict) -> dict:
@@ -44,9 +46,25 @@ def _session_out(w: dict) -> dict:
     return w  # {"start", "end" (= last record + gap), "value": {"count", "sum"}}: the Avro schema's shape
 
 
+def join_pipeline(p: Pipeline, s) -> None:  # noqa: ANN001
+    """j1: the orders joined with the customers table as of each order's time (``how="left"``:
+    an order with no customer then is joined with None). Both sides on event time, so an
+    order waits until the table's watermark has passed it."""
+    on_ts = WatermarkStrategy.bounded_out_of_orderness(BOUND_MS, timestamp="ts")
+    customers = p.table(Topic(s.table, key_serde=StringSerde(), value_serde=AvroSerde(schema("customer")),
+                              partitions=4), history_ms=HISTORY_MS, watermarks=on_ts, name="customers")
+    orders = p.source(Topic(s.input, key_serde=StringSerde(), value_serde=AvroSerde(schema("order")), partitions=4),
+                      watermarks=on_ts)
+    orders.join(customers, enrich, how="left", name="enrich").to(
+        Topic(s.output, key_serde=StringSerde(), value_serde=AvroSerde(schema("enriched")), partitions=4))
+
+
 def pipeline() -> Pipeline:
     s = settings()
     p = Pipeline(s.group)
+    if s.workload == "j1":
+        join_pipeline(p, s)
+        return p
     event_time = s.workload in ("w3", "w4")
     wm = WatermarkStrategy.bounded_out_of_orderness(BOUND_MS, timestamp="ts") if event_time else None
     src = p.source(Topic(s.input, key_serde=StringSerde(), value_serde=AvroSerde(schema("event")), partitions=4),

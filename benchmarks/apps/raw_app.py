@@ -6,12 +6,15 @@ transaction with the input offsets every commit interval, at_least_once flushes 
 commits the offsets. State lives in Python dicts only: no changelog, no RocksDB, nothing
 survives a crash. W3/W4 keep per-partition watermarks (max timestamp - bound - 1) and fire
 windows at the end of each batch, so it is also a lower bound on what event time costs.
+j1 keeps each customer's versions in a dict of sorted lists and holds an order until the
+customers' partition has passed its time (max timestamp - bound), then joins it as of its time.
 
 Run with the project's venv and the BENCH_* variables of ``benchmarks/common.py``.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import signal
 import sys
@@ -25,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import fastavro  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from benchmarks.common import BOUND_MS, GAP_MS, OUTPUT_SCHEMA, WINDOW_MS, keep, mapped, schema, settings  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    BOUND_MS, GAP_MS, OUTPUT_SCHEMA, WINDOW_MS, enrich, keep, mapped, schema, settings,
+)
 
 _stop = False
 
@@ -65,9 +70,9 @@ def main() -> None:
     if s.exactly_once:
         producer.init_transactions(30)
         producer.begin_transaction()
-    consumer.subscribe([s.input])
+    consumer.subscribe([s.input, s.table] if s.table else [s.input])
     produce, out = producer.produce, s.output
-    positions: dict[int, int] = {}
+    positions: dict[tuple[str, int], int] = {}
 
     def send(k: str, v: Any, ts: int) -> None:
         while True:
@@ -161,13 +166,46 @@ def main() -> None:
                 sessions.pop(k, None)
             send(k, {"start": start, "end": end, "value": {"count": fired[2], "sum": fired[3]}}, end - 1)
 
-    process = {"w1": w1, "w2": w2, "w3": w3, "w4": w4}[s.workload]
-    fire = {"w3": fire3, "w4": fire4}.get(s.workload)
+    # -- j1: customers (s.table) as sorted versions per key, orders held until the table passes them
+    customer_schema = fastavro.parse_schema(schema("customer"))
+    order_schema = fastavro.parse_schema(schema("order"))
+    versions: dict[str, list[tuple[int, int | None]]] = {}
+    held: dict[int, list[tuple[int, int, str, dict]]] = {}     # partition -> heap of (ts, id, key, order)
+
+    def lookup(k: str, order: dict) -> None:
+        vs = versions.get(k, ())
+        i = bisect.bisect_right(vs, order["ts"], key=lambda x: x[0])
+        value = vs[i - 1][1] if i else None
+        send(k, enrich(order, None if value is None else {"value": value}), order["ts"])
+
+    def j1(k: str, raw: bytes | None, ts: int, p: int, topic: str) -> None:
+        if topic == s.table:
+            c = None if raw is None else reader(BytesIO(raw), customer_schema)
+            t = ts if c is None else c["ts"]
+            bisect.insort(versions.setdefault(k, []), (t, None if c is None else c["value"]), key=lambda x: x[0])
+            if t > maxts.get(p, -(2**62)):
+                maxts[p] = t
+            return
+        order = reader(BytesIO(raw), order_schema)
+        if order["ts"] <= maxts.get(p, -(2**62)) - BOUND_MS:
+            lookup(k, order)
+        else:
+            heapq.heappush(held.setdefault(p, []), (order["ts"], order["id"], k, order))
+
+    def fire_j1(p: int) -> None:
+        wm = maxts.get(p, -(2**62)) - BOUND_MS
+        heap = held.get(p)
+        while heap and heap[0][0] <= wm:
+            _ts, _id, k, order = heapq.heappop(heap)
+            lookup(k, order)
+
+    process = {"w1": w1, "w2": w2, "w3": w3, "w4": w4}.get(s.workload)
+    fire = {"w3": fire3, "w4": fire4, "j1": fire_j1}.get(s.workload)
 
     def commit() -> None:
         if not positions:
             return
-        offsets = [TopicPartition(s.input, p, o) for p, o in positions.items()]
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         if s.exactly_once:
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(30)
@@ -185,10 +223,12 @@ def main() -> None:
         for msg in msgs:
             if msg.error() is not None:
                 continue
-            p = msg.partition()
-            kb = msg.key()
-            process(kb.decode(), decode(msg.value()), msg.timestamp()[1], p)
-            positions[p] = msg.offset() + 1
+            p, topic = msg.partition(), msg.topic()
+            if process is None:  # j1: two topics, decoded by j1
+                j1(msg.key().decode(), msg.value(), msg.timestamp()[1], p, topic)
+            else:
+                process(msg.key().decode(), decode(msg.value()), msg.timestamp()[1], p)
+            positions[(topic, p)] = msg.offset() + 1
             touched.add(p)
         if fire is not None:
             for p in touched:

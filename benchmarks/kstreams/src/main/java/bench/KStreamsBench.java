@@ -32,7 +32,9 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindows;
@@ -41,6 +43,7 @@ import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.SessionStore;
+import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.WindowStore;
 
 /**
@@ -51,22 +54,64 @@ import org.apache.kafka.streams.state.WindowStore;
  * the documented way to emit a window once, when it closes (emitStrategy(onWindowClose()) checks
  * only once per emit interval of wall-clock time, so the last windows of a backlog would wait for
  * a record that never comes).
+ *
+ * <p>j1 (stream-table join): the customers topic as a KTable materialized in a versioned store
+ * (Stores.persistentVersionedKeyValueStore, history of one day), so that KStream.leftJoin looks up
+ * each order's customer as of the order's timestamp rather than the latest value; with a grace
+ * period (BENCH_JOIN_GRACE_MS, default the 2 s bound) the orders wait in a buffer until stream
+ * time has passed them by that much, the documented way to join out-of-order records as of
+ * their time.
  */
 public final class KStreamsBench {
     static final long WINDOW_MS = 10_000;
     static final long BOUND_MS = 2_000;
     static final long GAP_MS = 1_001;
+    static final Duration HISTORY = Duration.ofDays(1);
 
     public static void main(String[] args) throws Exception {
         String workload = env("BENCH_WORKLOAD");
         String avroDir = env("BENCH_AVRO_DIR");
+        StreamsBuilder builder = new StreamsBuilder();
+        if (workload.equals("j1")) {
+            join(builder, avroDir);
+        } else {
+            workload(builder, workload, avroDir);
+        }
+        run(builder);
+    }
+
+    /** j1: orders (BENCH_INPUT) left-joined with the customers (BENCH_TABLE) as of each order's time. */
+    static void join(StreamsBuilder builder, String avroDir) throws IOException {
+        Schema customer = parse(avroDir, "customer");
+        Schema order = parse(avroDir, "order");
+        Schema enriched = parse(avroDir, "enriched");
+        AvroSerde customerSerde = new AvroSerde(customer);
+        AvroSerde orderSerde = new AvroSerde(order);
+        KTable<String, GenericRecord> customers = builder.table(env("BENCH_TABLE"),
+                Consumed.with(Serdes.String(), (Serde<GenericRecord>) customerSerde).withTimestampExtractor(new TsExtractor()),
+                Materialized.<String, GenericRecord>as(Stores.persistentVersionedKeyValueStore("customers", HISTORY))
+                        .withKeySerde(Serdes.String()).withValueSerde(customerSerde));
+        builder.stream(env("BENCH_INPUT"),
+                        Consumed.with(Serdes.String(), (Serde<GenericRecord>) orderSerde).withTimestampExtractor(new TsExtractor()))
+                .leftJoin(customers, (o, c) -> {
+                    GenericRecord r = new GenericData.Record(enriched);
+                    r.put("id", o.get("id"));
+                    r.put("customer", o.get("customer"));
+                    r.put("amount", o.get("amount"));
+                    r.put("ts", o.get("ts"));
+                    r.put("customer_value", c == null ? null : c.get("value"));
+                    return (GenericRecord) r;
+                }, Joined.with(Serdes.String(), orderSerde, customerSerde).withGracePeriod(Duration.ofMillis(
+                        Long.parseLong(System.getenv().getOrDefault("BENCH_JOIN_GRACE_MS", String.valueOf(BOUND_MS))))))
+                .to(env("BENCH_OUTPUT"), Produced.with(Serdes.String(), new AvroSerde(enriched)));
+    }
+
+    static void workload(StreamsBuilder builder, String workload, String avroDir) throws IOException {
         Schema event = parse(avroDir, "event");
         Schema agg = parse(avroDir, "agg");
         Schema windowAvg = parse(avroDir, "window_avg");
         Schema session = parse(avroDir, "session");
         AvroSerde eventSerde = new AvroSerde(event);
-
-        StreamsBuilder builder = new StreamsBuilder();
         Consumed<String, GenericRecord> consumed = Consumed.with(Serdes.String(), (Serde<GenericRecord>) eventSerde);
         if (workload.equals("w3") || workload.equals("w4")) {
             consumed = consumed.withTimestampExtractor(new TsExtractor());
@@ -134,7 +179,9 @@ public final class KStreamsBench {
                     .to(out, Produced.with(Serdes.String(), new AvroSerde(session)));
             default -> throw new IllegalArgumentException("unknown workload " + workload);
         }
+    }
 
+    static void run(StreamsBuilder builder) throws InterruptedException {
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, env("BENCH_GROUP"));
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, env("BENCH_BOOTSTRAP"));
