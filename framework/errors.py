@@ -62,6 +62,10 @@ class StateError(FrameworkError):
     """A state store could not be opened, restored or written."""
 
 
+class StoreLocked(StateError):
+    """A state store's directory is held by another process (or another handle)."""
+
+
 class KafkaClientError(FrameworkError):
     """A Kafka client call failed."""
 

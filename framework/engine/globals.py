@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from framework.engine.context import InputRecord
-from framework.errors import RecordError
+from framework.errors import RecordError, StateError, StoreLocked
 from framework.logs import record_fields
 from framework.operators.table import TABLE_PREFIX, add_version
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.serde.values import ValueCodec
-from framework.state.base import StoreBackend
+from framework.state.base import StoreBackend, StorePartition
 from framework.state.cache import CachedPartition
 from framework.state.keys import keyed, state_prefix
 from framework.time.watermarks import NO_WATERMARK, WatermarkGenerator
@@ -160,6 +160,23 @@ class GlobalTable:
         self.changed = False
 
 
+COPIES = 64  # copies of a global table one state directory may hold (processes sharing it)
+
+
+def open_copy(backend: StoreBackend, service: str, table: str) -> StorePartition:
+    """A copy of global table ``table`` no other process holds: ``<table>``, else
+    ``<table>@1``, ``<table>@2``... The processes of one machine (``fw run --processes N``)
+    share a state directory; each takes a free copy, and a restarted one usually finds its
+    own again (any copy is a whole table with the offsets it continues from)."""
+    for slot in range(COPIES):
+        try:
+            return backend.open(service, table if slot == 0 else f"{table}@{slot}", GLOBAL_PARTITION)
+        except StoreLocked:
+            continue
+    raise StateError(f"all {COPIES} copies of global table {table!r} in the state directory are held by other "
+                     "processes. Fix: give each process a state directory of its own (state.dir)")
+
+
 class GlobalTables:
     """The global tables of one process, by step name."""
 
@@ -168,7 +185,7 @@ class GlobalTables:
         self.tables: dict[str, GlobalTable] = {}
         self.by_topic: dict[str, GlobalTable] = {}
         for step in pipeline.global_tables():
-            store = CachedPartition(backend.open(pipeline.name, step.name, GLOBAL_PARTITION), codec, step.name)
+            store = CachedPartition(open_copy(backend, pipeline.name, step.name), codec, step.name)
             table = self.tables[step.name] = GlobalTable(step, store, now_ms)
             self.by_topic[step.topic.name] = table
 

@@ -235,9 +235,13 @@ class LiveQueries:
               limit: int | None = None) -> dict[str, Any]:
         """The entries of partition ``p`` that ``pairs(part)`` yields (and ``keep`` keeps; the
         first ``limit`` in key order), with who answered: this member, as the task's owner
-        (``active``) or from its copy (``standby``, with ``lag_records``)."""
+        (``active``), from its copy (``standby``, with ``lag_records``), or from its copy of a
+        global table (``global``)."""
         svc = self.svc
-        part = svc.backend.opened(svc.pipeline.name, layout.store, p)
+        if source == "global":  # this process's copy, whichever it took
+            part = svc.runner.globals.tables[layout.store].store.backend
+        else:
+            part = svc.backend.opened(svc.pipeline.name, layout.store, p)
         if part is None:
             raise _Unavailable(503, self._moved(layout.store, p))
         member = {"member": svc.instance_id, "source": source}

@@ -239,6 +239,7 @@ class Service:
             starts.update({(topic, p): table.positions.get(p) for p in range(counts[topic])})
         reader.assign(starts)
         began = time.monotonic()
+
         def apply(batch: list[Any]) -> None:
             self.runner.apply_global(batch)
             tables.commit()  # batch by batch: a large table is not held in the write cache whole

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from framework.engine.globals import open_copy
 from framework.errors import StateError
 from framework.state.base import StoreBackend, StorePartition, partition_path
 from framework.state.memory import MemoryBackend
@@ -331,3 +332,26 @@ def test_drop_deletes_the_directory_and_close_all_closes(rocks: RocksDBBackend) 
     rocks.close_all()
     assert q.closed
     rocks.close_all()
+
+
+def test_processes_sharing_a_state_directory_each_take_a_free_copy_of_a_global_table(tmp_path: Path) -> None:
+    """``fw run --processes N`` children share ``state.dir``; each holds a whole copy of a
+    global table. A copy held by another process (here: another backend) is skipped."""
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from framework.engine.globals import open_copy
+        from framework.state.rocksdb import RocksDBBackend
+        part = open_copy(RocksDBBackend({str(tmp_path)!r}), "svc", "products")
+        print(part.path, flush=True)
+        sys.stdin.read()  # holds the copy until told to go
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline()  # the other process holds copy 0
+        mine = open_copy(RocksDBBackend(tmp_path), "svc", "products")
+        assert "products@1" in str(mine.path)
+        mine.close()
+    finally:
+        holder.communicate("")
+    again = open_copy(RocksDBBackend(tmp_path), "svc", "products")  # the holder is gone: copy 0 is free
+    assert "products@1" not in str(again.path) and "products" in str(again.path)
+    again.close()

@@ -34,7 +34,7 @@ from rocksdict import (
     WriteBufferManager,
 )
 
-from framework.errors import StateError
+from framework.errors import StateError, StoreLocked
 from framework.state.base import STATE_FORMAT, partition_path
 
 META_CF = "__meta__"
@@ -62,8 +62,8 @@ def _is_lock_error(exc: BaseException) -> bool:
     return "lock" in str(exc).lower()
 
 
-def _locked(path: Path, label: str, exc: BaseException) -> StateError:
-    return StateError(
+def _locked(path: Path, label: str, exc: BaseException) -> StoreLocked:
+    return StoreLocked(
         f"state store {label} at {path} is locked: another process of the service probably "
         f"owns this partition (or another backend in this process has it open); stop it or "
         f"let the group rebalance move the partition, then retry. RocksDB said: {exc}"
