@@ -60,12 +60,8 @@ class GlobalTable:
         self.partitions = 0
         self.watermark = saved.get("w", NO_WATERMARK)
         self.listeners: list[Listener] = []
-        self.errors = 0
+        self.skipped = 0  # records of the topic that could not be decoded
         self.changed = False  # progress (offsets, watermarks, idleness) not yet committed
-
-    @property
-    def timed(self) -> bool:
-        return self._strategy is not None
 
     def set_partitions(self, n: int) -> None:
         """The topic has ``n`` partitions: each one counts in the watermark."""
@@ -84,7 +80,7 @@ class GlobalTable:
             if self._assign is not None:
                 ts = self._assign(v, ts)
         except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's fault
-            self.errors += 1
+            self.skipped += 1
             reason = str(exc) if isinstance(exc, RecordError) else f"{type(exc).__name__}: {exc}"
             log.error("global table %s skips %s[%d]@%d: cannot decode it (%s). Fix: write the topic with the "
                       "table's serdes (the record stays in the topic; the table goes on without it)",

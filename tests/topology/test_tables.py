@@ -411,6 +411,7 @@ def test_a_global_tables_record_it_cannot_decode_is_one_error_line_and_the_table
     d.pipe("products", {"price": 5}, key="a")
     d.pipe("orders", {"id": 1, "sku": "a"}, key="u1")
     assert [r.value for r in d.output("out")] == [[1, 5]]
+    assert d.metrics()["skipped_records.products"] == 1
     [line] = [r.getMessage() for r in caplog.records if r.name == "framework.globals"]
     assert line.startswith("global table products skips products[0]@0: cannot decode it (")
     assert line.endswith("Fix: write the topic with the table's serdes (the record stays in the topic; the table "
