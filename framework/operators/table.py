@@ -150,6 +150,10 @@ class _Waiting:
             return
         rest = [r for r in held if r[0] > upto]
         store.put(hkey, rest) if rest else store.delete(hkey)
+        for ts in {r[0] for r in due}:  # released either way: neither timer is needed any more
+            self.at_time.delete(ts, kb)
+            if self.by_grace is not None:
+                self.by_grace.delete(ts + self.grace, kb)  # type: ignore[operator]
         key = self.kd(kb)
         for ts, v in sorted(due, key=_ts):
             try:
