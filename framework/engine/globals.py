@@ -22,7 +22,7 @@ from typing import Any
 from framework.engine.context import InputRecord
 from framework.errors import RecordError, StateError, StoreLocked
 from framework.logs import record_fields
-from framework.operators.table import TABLE_PREFIX, add_version
+from framework.operators.table import TABLE_PREFIX, put_version
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.serde.values import ValueCodec
@@ -103,14 +103,7 @@ class GlobalTable:
             self._advance()
 
     def _put(self, k: Any, v: Any, ts: int) -> None:
-        skey = keyed(TABLE_PREFIX, self._ks(k))
-        versions = self.store.get(skey) or []
-        before = max(self.watermark, versions[-1][0]) if versions else self.watermark
-        history = self.step.history_ms
-        if before != NO_WATERMARK and ts < before - history:
-            return  # older than the history: no lookup may see it
-        versions = add_version(versions, ts, v, max(before, ts) - history)
-        self.store.put(skey, versions) if versions else self.store.delete(skey)
+        put_version(self.store, keyed(TABLE_PREFIX, self._ks(k)), ts, v, self.watermark, self.step.history_ms)
 
     def _advance(self) -> None:
         self.changed = True

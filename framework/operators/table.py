@@ -72,6 +72,19 @@ def add_version(versions: list[list[Any]], ts: int, value: Any, cutoff: int) -> 
     return versions
 
 
+def put_version(store: Any, skey: bytes, ts: int, value: Any, watermark: int, history: int) -> bool:
+    """Keep ``[ts, value]`` among the versions of ``skey`` (``add_version``), as of the table's
+    ``watermark``; False, and nothing kept, when it is older than the history (no lookup
+    may see it, as Kafka Streams' versioned stores drop it)."""
+    versions = store.get(skey) or []
+    before = max(watermark, versions[-1][0]) if versions else watermark
+    if before != NO_WATERMARK and ts < before - history:
+        return False
+    versions = add_version(versions, ts, value, max(before, ts) - history)
+    store.put(skey, versions) if versions else store.delete(skey)
+    return True
+
+
 def build_table(step: S.Table, ctx: TaskContext, down: S.Push) -> S.Push:
     """Keep each update as a version of its key, then pass it on (the table's changes)."""
     store, name, ks, history = ctx.store(step.name), step.name, step.key_serde.serialize, step.history_ms
@@ -83,16 +96,11 @@ def build_table(step: S.Table, ctx: TaskContext, down: S.Push) -> S.Push:
             require_key(k, name)
         ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
         wm = clock.watermark
-        skey = keyed(TABLE_PREFIX, ks(k))
-        versions = store.get(skey) or []
-        before = max(wm, versions[-1][0]) if versions else wm
-        if before != NO_WATERMARK and ts < before - history:
-            count(expired_metric)  # older than the history: no lookup may see it (as Kafka Streams)
+        if not put_version(store, keyed(TABLE_PREFIX, ks(k)), ts, v, wm, history):
+            count(expired_metric)
             return
         if wm != NO_WATERMARK and ts <= wm:
             count(late_metric)  # kept: later lookups see it; records already joined do not change
-        versions = add_version(versions, ts, v, max(before, ts) - history)
-        store.put(skey, versions) if versions else store.delete(skey)
         down(k, v, ts)
 
     return push
