@@ -84,7 +84,7 @@ def expected_results(
 
 def _topics_of(pipeline: Pipeline) -> list[str]:
     names = pipeline.input_topics()
-    names += [pipeline.changelog_topic(name) for name in pipeline.store_names()]
+    names += [pipeline.changelog_topic(name) for name in pipeline.changelogged_stores()]
     names += [t.name for t in pipeline.sink_topics()] + [pipeline.dead_letter.name]
     return list(dict.fromkeys(names))
 

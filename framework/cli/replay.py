@@ -159,7 +159,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
         counts = topic_partitions(admin, output_topics(pipeline))
         ensure_topics(admin, [TopicSpec(f"{t}{output_suffix}", n, size_config(max_bytes)) for t, n in counts.items()])
     outputs = [f"{t}{output_suffix}" for t in output_topics(pipeline)] if output == "topic" else []
-    written = outputs + ([pipeline.changelog_topic(s) for s in pipeline.store_names()] if bootstrap else [])
+    written = outputs + ([pipeline.changelog_topic(s) for s in pipeline.changelogged_stores()] if bootstrap else [])
     limits = {t: [lim.before_ms, lim.after_ms] for t, lim in written_limits(written, settings, max_bytes).items()
               if (lim.before_ms, lim.after_ms) != (None, None)}
     archive = str(Path(archive).resolve()) if archive else None
@@ -183,7 +183,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       archive=archive, allow_nondeterministic=allow_nondeterministic, commit_every=commit_every,
                       order_checks=[] if allow_nondeterministic else [asdict(c) for c in order_checks(pipeline)],
                       commit_interval_s=commit_interval, batch_size=batch_size,
-                      changelogs=[pipeline.changelog_topic(s) for s in pipeline.store_names()],
+                      changelogs=[pipeline.changelog_topic(s) for s in pipeline.changelogged_stores()],
                       definition=definition_of(pipeline), reader=reader, limits=limits,
                       producer={k: v for k, v in config.kafka.producer.items() if not is_secret(k)},
                       backfill=backfill.to_dict() if backfill else None, resumed=resumed)

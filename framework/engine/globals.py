@@ -103,7 +103,7 @@ class GlobalTable:
             self._advance()
 
     def _put(self, k: Any, v: Any, ts: int) -> None:
-        put_version(self.store, keyed(TABLE_PREFIX, self._ks(k)), ts, v, self.watermark, self.step.history_ms)
+        put_version(self.store, keyed(TABLE_PREFIX, self._ks(k)), ts, v, self.step.history_ms)
 
     def _advance(self) -> None:
         self.changed = True

@@ -27,9 +27,11 @@ from framework.engine.context import InputRecord, Output
 from framework.engine.globals import GlobalTables
 from framework.engine.task import Handler, Task
 from framework.errors import RecordCoordinates, RecordError, StateError
+from framework.operators.table import rebuild_table
 from framework.pipeline.definition import Pipeline
 from framework.serde.values import ValueCodec
 from framework.state.base import STATE_FORMAT, StoreBackend, StorePartition
+from framework.state.cache import CachedPartition
 
 log = logging.getLogger("framework.runner")
 
@@ -210,7 +212,7 @@ class TaskRunner:
         ends = sink.commit(mine)
         self.fault("after_commit")
         for p, task in self.tasks.items():
-            task.commit_state({t: o for (t, q), o in ends.items() if q == p})
+            task.commit_state({t: o for (t, q), o in (*mine.items(), *ends.items()) if q == p})
         self.globals.commit()  # not transactional: the table and where it continues its topic
         self.fault("after_state_write")
         return n
@@ -234,7 +236,7 @@ class TaskRunner:
         """The changelog topics of task ``partition`` whose local state says it continues past
         their end (``changelogs``: by topic name), with the offset it continues at."""
         out = {}
-        for store in self.pipeline.store_names():
+        for store in self.pipeline.changelogged_stores():  # a table's own topic ends at the committed offset
             topic = self.pipeline.changelog_topic(store)
             part = self.backend.open(self.pipeline.name, store, partition)
             offset = part.changelog_offset()
@@ -246,16 +248,17 @@ class TaskRunner:
     def restore_plan(self, partition: int, changelogs: Mapping[str, ChangelogInfo], *,
                      current: bool = False) -> list[StoreRestore]:
         """Where each store partition of task ``partition`` continues reading its changelog
-        (``changelogs``: by topic name). Local state that does not reflect the changelog as it
+        (``changelogs``: by topic name; a table read from its own topic reads that topic, up
+        to the group's committed offset). Local state that does not reflect the changelog as it
         is now (another incarnation, past its end, before its start, another state format) is
         deleted and rebuilt from the changelog's start: it is never merged. Store partitions
         already at the end are left out, unless ``current`` (a standby tails every store)."""
         out = []
         for store in self.pipeline.store_names():
-            topic = self.pipeline.changelog_topic(store)
+            topic = self.pipeline.restore_topic(store)
             info = changelogs[topic]
             part = self.backend.open(self.pipeline.name, store, partition)
-            stale = _stale(part, info)
+            stale = _stale(part, info, topic != self.pipeline.changelog_topic(store))
             if stale is not None:
                 log.warning("store %s[%d] %s: deleting it and rebuilding it from %s", store, partition, stale, topic)
                 part.close()
@@ -269,17 +272,35 @@ class TaskRunner:
                 out.append(StoreRestore(partition, store, (topic, partition), start, info.end))
         return out
 
-    def restore(self, item: StoreRestore, records: Iterable[tuple[int, bytes | None, bytes | None]],
+    def restore(self, item: StoreRestore, records: Iterable[tuple[int, bytes | None, bytes | None, int]],
                 next_offset: int | None = None) -> int:
-        """Apply ``(offset, key, value)`` changelog records of ``item`` in one batch with the
-        next offset (``next_offset`` when the reader is past the last record: a transaction's
-        commit marker holds an offset too). Every value is decoded first: a record the state
-        encoding cannot read stops the restore with its coordinates; nothing of the batch is
-        applied."""
+        """Apply ``(offset, key, value, timestamp)`` changelog records of ``item`` in one batch
+        with the next offset (``next_offset`` when the reader is past the last record: a
+        transaction's commit marker holds an offset too). Every value is decoded first: a
+        record the state encoding cannot read stops the restore with its coordinates; nothing
+        of the batch is applied. A table read from its own topic applies the topic's records
+        as its step does (``rebuild_table``)."""
+        records = list(records)
+        source = self.pipeline.table_source(item.store)
+        part = self.backend.open(self.pipeline.name, item.store, item.partition)
+        if source is not None:
+            cache = CachedPartition(part, self.codec, item.store)
+            rebuild_table(self.pipeline.steps[item.store], source, cache, records)  # type: ignore[arg-type]
+            changes = cache.changes()
+        else:
+            changes = self._changelog_changes(item, records)
+        if records or next_offset is not None:
+            last = records[-1][0] if records else -1
+            part.write_batch(changes, max(last + 1, next_offset or 0))
+            self.fault("restore_batch")
+        return len(records)
+
+    def _changelog_changes(self, item: StoreRestore,
+                           records: list[tuple[int, bytes | None, bytes | None, int]]) -> dict[bytes, bytes | None]:
         changes: dict[bytes, bytes | None] = {}
-        decode, last, n = self.codec.decode, -1, 0
+        decode = self.codec.decode
         topic, partition = item.changelog
-        for offset, key, value in records:
+        for offset, key, value, _ts in records:
             try:
                 if key is None:
                     raise ValueError("a changelog record needs a key")
@@ -293,12 +314,7 @@ class TaskRunner:
                     f"its key, or delete the topic {topic!r} and the service's local state, then reprocess the "
                     "input), and check who else can write to the topic") from None
             changes[key] = value
-            last, n = offset, n + 1
-        if n or next_offset is not None:
-            part = self.backend.open(self.pipeline.name, item.store, partition)
-            part.write_batch(changes, max(last + 1, next_offset or 0))
-            self.fault("restore_batch")
-        return n
+        return changes
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -335,8 +351,9 @@ def _add(total: dict[str, int], counters: Mapping[str, int]) -> None:
         total[name] = total.get(name, 0) + n
 
 
-def _stale(part: StorePartition, info: ChangelogInfo) -> str | None:
-    """Why a store partition's local state cannot continue from ``info``, or None."""
+def _stale(part: StorePartition, info: ChangelogInfo, table: bool) -> str | None:
+    """Why a store partition's local state cannot continue from ``info`` (``table``: a
+    table's own topic, read up to the group's committed offset), or None."""
     offset, incarnation = part.changelog_offset(), part.changelog_id()
     if offset is None and incarnation is None:
         return None  # new, or never written: nothing to keep
@@ -345,6 +362,9 @@ def _stale(part: StorePartition, info: ChangelogInfo) -> str | None:
     if incarnation != info.incarnation:
         return (f"reflects another incarnation of its changelog (topic id {incarnation}, now {info.incarnation}: "
                 "the topic was deleted and created again)")
+    if offset is not None and offset > info.end and table:
+        return (f"is ahead of the group's committed offset in its topic ({offset} > {info.end}: the group's "
+                "offsets were moved back)")
     if offset is not None and offset > info.end:
         return f"is ahead of its changelog (offset {offset} > end {info.end}: the changelog was truncated)"
     if offset is not None and offset < info.start:

@@ -94,7 +94,7 @@ class Task:
                 raise StateError(
                     f"step {step.name!r} of service {self.pipeline.name!r} is now {_describe(want)}, but its "
                     f"state (store {step.name!r}, partition {self.partition}, changelog "
-                    f"{self.pipeline.changelog_topic(step.name)!r}) was written by {_describe(found)}. Fix: give "
+                    f"{self.pipeline.restore_topic(step.name)!r}) was written by {_describe(found)}. Fix: give "
                     "the changed step a new name (it starts with empty state; the old state stays unused), or "
                     "keep the step as it was, or reset the service's state (delete its changelog topics and "
                     "local state directory and reprocess its input)")
@@ -342,7 +342,7 @@ class Task:
         headers = [("fw.source.offsets", json.dumps(source_positions, sort_keys=True).encode())]
         n = 0
         for name, store in self.stores.items():
-            if not store.dirty:
+            if not store.dirty or self.pipeline.table_source(name) is not None:  # its topic is its changelog
                 continue
             topic = self.pipeline.changelog_topic(name)
             for k, v in store.changes().items():
@@ -350,10 +350,12 @@ class Task:
                 n += 1
         return n
 
-    def commit_state(self, changelog_offsets: Mapping[str, int]) -> None:
-        """Checkpoint step 4: each store's cache and changelog offset in one WriteBatch."""
+    def commit_state(self, offsets: Mapping[str, int]) -> None:
+        """Checkpoint step 4: each store's cache and changelog offset in one WriteBatch
+        (``offsets`` by topic: the changelogs' next offsets, and the inputs' committed
+        positions, which a table read from its own topic continues from)."""
         for name, store in self.stores.items():
-            store.commit(changelog_offsets.get(self.pipeline.changelog_topic(name)))
+            store.commit(offsets.get(self.pipeline.restore_topic(name)))
 
     def discard_state(self) -> None:
         """After an abort: drop every uncommitted write. The task's in-memory time (clock,

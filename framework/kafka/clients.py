@@ -623,16 +623,21 @@ class GroupConsumer:
                 if tp.offset >= 0}
 
     def rewind_to_committed(self, tps: Iterable[TP], timeout_s: float) -> None:
-        """Seek to the group's committed offsets (the start when none): after an abort. A
-        partition the broker gives an error for is asked again, then an error itself: read as
-        "none", it would have been processed again from its start."""
+        """Seek to the group's committed offsets (the start when none): after an abort."""
+        for tp, offset in self.committed(tps, timeout_s).items():
+            self._c.seek(TopicPartition(*tp, OFFSET_BEGINNING if offset is None else offset))
+
+    def committed(self, tps: Iterable[TP], timeout_s: float) -> dict[TP, int | None]:
+        """The group's committed offset of each of ``tps`` (None: none committed), of any
+        partition, assigned here or not. A partition the broker gives an error for is asked
+        again, then an error itself: read as "none", it would be processed again from its
+        start."""
         parts = [TopicPartition(t, p) for t, p in tps]
         if not parts:
-            return
+            return {}
         found = retry_while_not_ready(lambda left: each_answered(self._c.committed(parts, timeout=left)), timeout_s,
                                       "the group's committed offsets")
-        for tp in found:
-            self._c.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in found}
 
     def seek(self, tp: TP, offset: int) -> None:
         self._c.seek(TopicPartition(tp[0], tp[1], offset))
@@ -769,6 +774,15 @@ class ChangelogReader:
                                         for (t, p), o in starts])
             self._assigned.update(tp for tp, _ in starts)
 
+    def hold_at(self, tp: TP, offset: int) -> None:
+        """Stop reading ``tp`` at ``offset`` until ``release``: fetch it from there then."""
+        part = TopicPartition(tp[0], tp[1], offset)
+        self._c.pause([part])
+        self._c.seek(part)
+
+    def release(self, tp: TP) -> None:
+        self._c.resume([TopicPartition(tp[0], tp[1])])
+
     def remove(self, tp: TP) -> None:
         if tp in self._assigned:
             self._c.incremental_unassign([TopicPartition(tp[0], tp[1])])
@@ -786,14 +800,14 @@ class ChangelogReader:
             lambda remaining: self._c.get_watermark_offsets(TopicPartition(*tp), timeout=remaining),
             timeout_s, f"changelog {tp[0]}[{tp[1]}]")
 
-    def read(self, n: int, timeout_s: float) -> list[tuple[TP, int, bytes | None, bytes | None] | tuple[TP, None]]:
-        """Records as ``(tp, offset, key, value)``; end-of-partition as ``(tp, None)``."""
+    def read(self, n: int, timeout_s: float) -> list[tuple[TP, int, bytes | None, bytes | None, int] | tuple[TP, None]]:
+        """Records as ``(tp, offset, key, value, timestamp)``; end-of-partition as ``(tp, None)``."""
         out: list[Any] = []
         for msg in self._c.consume(n, timeout_s):
             err = msg.error()
             tp = (msg.topic(), msg.partition())
             if err is None:
-                out.append((tp, msg.offset(), msg.key(), msg.value()))
+                out.append((tp, msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
             elif err.code() == KafkaError._PARTITION_EOF:
                 out.append((tp, None))
             elif err.fatal():

@@ -19,7 +19,7 @@ Without event time a record joins the table's latest value when it arrives.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from framework.operators.aggregate import require_key
@@ -72,15 +72,18 @@ def add_version(versions: list[list[Any]], ts: int, value: Any, cutoff: int) -> 
     return versions
 
 
-def put_version(store: Any, skey: bytes, ts: int, value: Any, watermark: int, history: int) -> bool:
-    """Keep ``[ts, value]`` among the versions of ``skey`` (``add_version``), as of the table's
-    ``watermark``; False, and nothing kept, when it is older than the history (no lookup
-    may see it, as Kafka Streams' versioned stores drop it)."""
+def put_version(store: Any, skey: bytes, ts: int, value: Any, history: int) -> bool:
+    """Keep ``[ts, value]`` among the versions of ``skey`` (``add_version``); False, and
+    nothing kept, when it is older than the key's history (more than ``history`` before its
+    newest version: no lookup may see it, as Kafka Streams' versioned stores drop it). The
+    history is the key's own, never the watermark's, so the same updates in the same order
+    give the same versions wherever they are applied: live, rebuilt from the table's topic,
+    or replayed."""
     versions = store.get(skey) or []
-    before = max(watermark, versions[-1][0]) if versions else watermark
-    if before != NO_WATERMARK and ts < before - history:
+    newest = versions[-1][0] if versions else ts
+    if ts < newest - history:
         return False
-    versions = add_version(versions, ts, value, max(before, ts) - history)
+    versions = add_version(versions, ts, value, max(newest, ts) - history)
     store.put(skey, versions) if versions else store.delete(skey)
     return True
 
@@ -95,15 +98,39 @@ def build_table(step: S.Table, ctx: TaskContext, down: S.Push) -> S.Push:
         if k is None:
             require_key(k, name)
         ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
-        wm = clock.watermark
-        if not put_version(store, keyed(TABLE_PREFIX, ks(k)), ts, v, wm, history):
+        if not put_version(store, keyed(TABLE_PREFIX, ks(k)), ts, v, history):
             count(expired_metric)
             return
+        wm = clock.watermark
         if wm != NO_WATERMARK and ts <= wm:
             count(late_metric)  # kept: later lookups see it; records already joined do not change
         down(k, v, ts)
 
     return push
+
+
+def rebuild_table(step: S.Table, source: S.Source, store: Any,
+                  records: Iterable[tuple[int, bytes | None, bytes | None, int]]) -> None:
+    """Apply records of a table's own topic (``(offset, key, value, Kafka timestamp)``) to its
+    ``store`` as ``build_table`` does when the task reads them: the topic's serdes, the
+    source's timestamps, ``put_version``. A restore of a table read from its topic (which has
+    no changelog) runs this up to the group's committed offset. A record the task refused
+    (it could not be decoded, had no key or no usable timestamp: a dead letter then) is
+    skipped again."""
+    t, wm = source.topic, source.watermarks
+    kd, vd = t.key_serde.bind(t.name, True).deserialize, t.value_serde.bind(t.name, False).deserialize
+    ks, history = step.key_serde.serialize, step.history_ms
+    assign = None if wm is None else wm.assigner(source.name)
+    for _offset, kb, vb, kafka_ts in records:
+        if kb is None:
+            continue
+        try:
+            k, v = kd(kb), (None if vb is None else vd(vb))
+            ts = checked(kafka_ts if assign is None else assign(v, kafka_ts), step.name)
+            skey = keyed(TABLE_PREFIX, ks(k))
+        except Exception:  # noqa: BLE001, S112 - the task's dead letter: no version came of it
+            continue
+        put_version(store, skey, ts, v, history)
 
 
 def _joiner(step: S.TableJoin | S.GlobalTableJoin, ctx: TaskContext, down: S.Push) -> Callable[..., None]:

@@ -127,7 +127,7 @@ def plan_reset(settings: Mapping[str, Any], pipeline: Pipeline, to: str, state_r
     positions.update(end_offsets(settings, repartition))
     tasks = max((existing[t] for t in sources), default=pipeline.default_partitions)
     changelogs = {pipeline.changelog_topic(s): existing.get(pipeline.changelog_topic(s), tasks)
-                  for s in pipeline.store_names()}
+                  for s in pipeline.changelogged_stores()}
     offsets = {tp: (before.get(tp), after) for tp, after in positions.items()}
     state_dir = state_root.resolve() / pipeline.name
     return ResetPlan(group, offsets, changelogs, state_dir, notes=_state_notes(state_dir, bool(changelogs)))

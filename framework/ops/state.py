@@ -137,7 +137,7 @@ def _local_partitions(root: Path) -> list[int]:
 
 def _add_changelog_partitions(reader: StoreReader, pipeline: Pipeline, store: str, settings: Mapping[str, Any],
                               root: Path, have_local: bool) -> None:
-    topic = pipeline.changelog_topic(store)
+    topic = pipeline.restore_topic(store)
     try:
         cluster = Cluster(settings)
     except EnvironmentProblem as exc:
@@ -197,13 +197,20 @@ def _restore(pipeline: Pipeline, store: str, settings: Mapping[str, Any], tasks:
     runner = TaskRunner(pipeline, backend, _NoOutput(), partitions=tasks)
     admin = admin_client(settings)
     reader = ChangelogReader(settings, f"fw-state-{uuid.uuid4().hex[:8]}")  # assigns, never joins the group
-    restorer = Restorer(runner, reader, lambda topics: topic_ids(admin, topics), lambda _p: None)
+    committed: dict[tuple[str, int], int] = {}
+    if pipeline.table_source(store) is not None:  # a table's own topic, up to what the service processed
+        cluster = Cluster(settings)
+        try:
+            committed = cluster.committed(pipeline.name)
+        finally:
+            cluster.close()
+    restorer = Restorer(runner, reader, lambda topics: topic_ids(admin, topics), lambda _p: None, committed.get)
     try:
         restorer.start(partitions)
         deadline = time.monotonic() + _RESTORE_TIMEOUT_S
         while restorer.busy:
             if time.monotonic() > deadline:
-                raise StateError(f"rebuilding store {store!r} from {pipeline.changelog_topic(store)} did not reach "
+                raise StateError(f"rebuilding store {store!r} from {pipeline.restore_topic(store)} did not reach "
                                  f"its end in {_RESTORE_TIMEOUT_S:.0f}s ({restorer.restored_records} records)")
             restorer.step()
     finally:

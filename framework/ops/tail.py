@@ -119,7 +119,7 @@ def _service_decoders(pipeline: Pipeline) -> dict[str, Decoder]:
             name = pipeline.repartition_topic(step.name)
             value = step.value_serde.bind(name, False).deserialize if step.value_serde else codec.decode
             out[name] = Decoder(f"repartition topic of {step.name}", step.key_serde.deserialize, value)
-    for store in pipeline.store_names():
+    for store in pipeline.changelogged_stores():
         out[pipeline.changelog_topic(store)] = Decoder(f"changelog of store {store}",
                                                        entries=StoreLayout(pipeline, store))
     out[pipeline.dead_letter.name] = Decoder("dead letters", sources=dict(out))

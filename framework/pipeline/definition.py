@@ -151,6 +151,27 @@ class Pipeline:
         names = [s.name for s in self.stateful_steps()]
         return names + [TIME_STORE] if self.uses_event_time() else names
 
+    def table_source(self, store: str) -> S.Source | None:
+        """The source a table store is read from, when the table is a topic as it is
+        (``Pipeline.table``, or ``as_table`` of a source read by nothing else): such a store
+        has no changelog of its own; it is restored from that topic, up to the group's
+        committed offset, by the table step's own code (docs/tables.md)."""
+        step = self.steps.get(store)
+        if isinstance(step, S.Table):
+            parent = self.steps[step.parents[0]]
+            if isinstance(parent, S.Source) and self.children[parent.name] == [store]:
+                return parent
+        return None
+
+    def restore_topic(self, store: str) -> str:
+        """The topic ``store`` is restored from: its changelog, or a table's own topic."""
+        source = self.table_source(store)
+        return self.changelog_topic(store) if source is None else source.topic.name
+
+    def changelogged_stores(self) -> list[str]:
+        """The stores that write a changelog: every store but the tables read from their topic."""
+        return [s for s in self.store_names() if self.table_source(s) is None]
+
     def step_inputs(self, name: str) -> frozenset[str]:
         """The input topics whose records reach step ``name`` without crossing a topic."""
         step = self.steps[name]

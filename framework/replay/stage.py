@@ -276,6 +276,8 @@ class StageTask:
         assert self.writer is not None
         encode, dump = self.runner.codec.encode, self.runner.dump(self.pid)
         for store in stores_of_stage(self.pipeline, self.stage, self.last):
+            if self.pipeline.table_source(store) is not None:
+                continue  # restored from its own topic up to the offsets the handover commits
             topic = self.pipeline.changelog_topic(store)
             for key, value in dump[store].items():
                 self.writer.produce(topic, key, encode(value), 0, None, self.pid)

@@ -32,8 +32,11 @@ _PROGRESS_EVERY_S = 5.0
 
 class Restorer:
     def __init__(self, runner: TaskRunner, reader: ChangelogReader,
-                 topic_ids: Callable[[Iterable[str]], dict[str, str]], on_restored: Callable[[int], None]) -> None:
+                 topic_ids: Callable[[Iterable[str]], dict[str, str]], on_restored: Callable[[int], None],
+                 committed: Committed) -> None:
         self.runner, self.reader, self.topic_ids, self.on_restored = runner, reader, topic_ids, on_restored
+        self.committed = committed
+        self.tables = table_topics(runner)  # read up to the committed offset, not to their end
         self.pending: dict[int, set[TP]] = {}  # partition -> changelog partitions still restoring
         self.items: dict[TP, StoreRestore] = {}
         self.restored_records = 0
@@ -58,10 +61,11 @@ class Restorer:
         assign: list[tuple[TP, int | None]] = []
         done: list[int] = []
         for p in partitions:
-            infos = changelog_infos(self.runner, self.reader, ids, p)
+            infos = changelog_infos(self.runner, self.reader, ids, p, self.committed)
             items = self.runner.restore_plan(p, infos)
             for item in items:
-                log.info("restoring %s[%d] from offset %d to about %d", item.store, p, item.start, item.end)
+                log.info("restoring %s[%d] from %s, offset %d to about %d", item.store, p, item.changelog[0],
+                         item.start, item.end)
                 self.items[item.changelog] = item
                 self.done[item.changelog] = (0, item.start)
                 assign.append((item.changelog, item.start))
@@ -75,22 +79,30 @@ class Restorer:
 
     def step(self, max_records: int = 2_000) -> None:
         """Apply one batch of changelog records; finish the partitions that reached the end."""
-        batch: dict[TP, list[tuple[int, bytes | None, bytes | None]]] = {}
+        batch: dict[TP, list[tuple[int, bytes | None, bytes | None, int]]] = {}
         finished: list[TP] = []
         for item in self.reader.read(max_records, 0.05):
             if item[1] is None:
                 finished.append(item[0])
             else:
-                tp, offset, key, value = item  # type: ignore[misc]
-                batch.setdefault(tp, []).append((offset, key, value))
+                tp, offset, key, value, ts = item  # type: ignore[misc]
+                batch.setdefault(tp, []).append((offset, key, value, ts))
         for tp, records in batch.items():
             restore = self.items.get(tp)
-            if restore is not None:
-                n = self.runner.restore(restore, records)
-                self.restored_records += n
-                self.restored_by_store[restore.store] = self.restored_by_store.get(restore.store, 0) + n
-                applied, _ = self.done[tp]
-                self.done[tp] = (applied + n, records[-1][0] + 1)
+            if restore is None:
+                continue
+            reached = None
+            if tp[0] in self.tables:  # a table's own topic: up to the committed offset only
+                kept = [r for r in records if r[0] < restore.end]
+                if len(kept) < len(records) or (kept and kept[-1][0] + 1 >= restore.end):
+                    reached = restore.end
+                    finished.append(tp)
+                records = kept
+            n = self.runner.restore(restore, records, next_offset=reached)
+            self.restored_records += n
+            self.restored_by_store[restore.store] = self.restored_by_store.get(restore.store, 0) + n
+            applied, _ = self.done[tp]
+            self.done[tp] = (applied + n, reached or records[-1][0] + 1)
         for tp in finished:
             self._finish(tp)
         if batch or finished:
@@ -155,23 +167,38 @@ class Restorer:
 
 
 def changelog_ids(runner: TaskRunner, topic_ids: Callable[[Iterable[str]], dict[str, str]]) -> dict[str, str]:
-    """The topic id of each changelog of the runner's pipeline."""
+    """The topic id of each topic the runner's stores restore from (changelogs, and the
+    tables' own topics)."""
     pipeline = runner.pipeline
-    topics = [pipeline.changelog_topic(s) for s in pipeline.store_names()]
+    topics = sorted({pipeline.restore_topic(s) for s in pipeline.store_names()})
     return topic_ids(topics) if topics else {}
 
 
+Committed = Callable[[TP], "int | None"]  # the service group's committed offset of an input partition
+
+
 def changelog_infos(runner: TaskRunner, reader: ChangelogReader, ids: dict[str, str],
-                    partition: int) -> dict[str, ChangelogInfo]:
-    """Each changelog partition of task ``partition`` as it is now, for ``restore_plan``.
-    Offsets are queried before the reader fetches: once it does, each query waits behind
-    the fetches."""
+                    partition: int, committed: Committed) -> dict[str, ChangelogInfo]:
+    """Each changelog partition of task ``partition`` as it is now, for ``restore_plan``. A
+    table read from its own topic ends at the group's committed offset there: what the
+    service has processed (nothing when nothing is committed). Offsets are queried before the
+    reader fetches: once it does, each query waits behind the fetches."""
+    tables = table_topics(runner)
     infos = {}
     for topic, incarnation in ids.items():
         start, end = reader.offsets((topic, partition), 30.0)
+        if topic in tables:
+            at = committed((topic, partition))
+            end = start if at is None else min(max(at, start), end)
         infos[topic] = ChangelogInfo(incarnation, start, end)
     _await_markers(runner, reader, partition, infos)
     return infos
+
+
+def table_topics(runner: TaskRunner) -> set[str]:
+    """The topics that tables of the runner's pipeline restore from (no changelog of their own)."""
+    pipeline = runner.pipeline
+    return {pipeline.restore_topic(s) for s in pipeline.store_names() if pipeline.table_source(s) is not None}
 
 
 def _await_markers(runner: TaskRunner, reader: ChangelogReader, p: int, infos: dict[str, ChangelogInfo]) -> None:

@@ -179,7 +179,8 @@ class Service:
         # producer's hang does (KafkaOutput); it reconnects to the brokers it knew instead.
         self.admin = admin = admin_client({**settings, "metadata.recovery.strategy": "none"})
         restore_reader = ChangelogReader(settings, f"{self.pipeline.name}-restore", fetch_wait_ms=20)
-        self.restorer = Restorer(self.runner, restore_reader, lambda topics: topic_ids(admin, topics), self._restored)
+        self.restorer = Restorer(self.runner, restore_reader, lambda topics: topic_ids(admin, topics), self._restored,
+                                 self._committed)
         self.checkpointer = Checkpointer(self.runner, self.output, self.consumer, exactly_once=self.exactly_once,
                                          interval_s=cfg.processing.checkpoint_interval_ms / 1000,
                                          timeout_s=cfg.processing.revoke_timeout_ms / 1000, transactional_id=txid)
@@ -187,7 +188,8 @@ class Service:
             self.standby = Standby(self.runner, ChangelogReader(settings, f"{self.pipeline.name}-standby"),
                                    lambda topics: topic_ids(admin, topics), cfg.processing.standby_replicas,
                                    assignment=lambda: stable_assignment(admin, self.pipeline.name),
-                                   member_id=self.consumer.member_id, active=self._active_tasks)
+                                   member_id=self.consumer.member_id, active=self._active_tasks,
+                                   committed=self._committed)
         probe = ClusterProbe(settings)
         self.recovery = Recovery(lambda timeout_s: probe.why_not(settings, timeout_s), self._reset,
                                  timeout_s=cfg.processing.broker_outage_timeout_ms / 1000,
@@ -416,6 +418,11 @@ class Service:
                      self.instance_id, self.runner.records, _counters(self.runner.metrics()))
 
     # -- assignment ----------------------------------------------------------------------
+
+    def _committed(self, tp: TP) -> int | None:
+        """The group's committed offset of input partition ``tp``: where a table read from its
+        own topic is restored to."""
+        return self.consumer.committed([tp], self.config.processing.revoke_timeout_ms / 1000)[tp]
 
     def _publish(self) -> None:
         if self.observer is not None:

@@ -31,7 +31,7 @@ from framework.engine.runner import StoreRestore, TaskRunner
 from framework.errors import FatalKafkaError, KafkaClientError
 from framework.kafka.clients import TP, ChangelogReader
 from framework.kafka.connect import client_failure
-from framework.runtime.restore import changelog_ids, changelog_infos
+from framework.runtime.restore import Committed, changelog_ids, changelog_infos, table_topics
 
 log = logging.getLogger("framework.standby")
 REFRESH_S = 5.0
@@ -64,9 +64,12 @@ class Standby:
     def __init__(self, runner: TaskRunner, reader: ChangelogReader,
                  topic_ids: Callable[[Iterable[str]], dict[str, str]], replicas: int, *,
                  assignment: Callable[[], dict[str, tuple[str, set[TP]]] | None],
-                 member_id: Callable[[], str | None], active: Callable[[], set[int]]) -> None:
+                 member_id: Callable[[], str | None], active: Callable[[], set[int]], committed: Committed) -> None:
         self.runner, self.reader, self.topic_ids, self.replicas = runner, reader, topic_ids, replicas
-        self._assignment, self._member_id, self._active = assignment, member_id, active
+        self._assignment, self._member_id, self._active, self._committed = assignment, member_id, active, committed
+        self.tables = table_topics(runner)  # a table's own topic: copied up to the group's committed offset
+        self.bound: dict[TP, int] = {}  # such a topic's partition -> the committed offset copied up to
+        self.held: set[TP] = set()  # ... read up to it, and waiting for the group to commit more
         self.tasks: dict[int, list[StoreRestore]] = {}  # task -> its store partitions
         self.position: dict[TP, int] = {}  # changelog partition -> next offset applied
         self.current: set[TP] = set()  # changelog partitions read to their end (until more comes)
@@ -111,6 +114,7 @@ class Standby:
             self._next_refresh = now + _RETRY_S
             return
         self._next_refresh = now + REFRESH_S
+        self._advance_bounds()
         owners = {key: {p for _, p in tps} for key, tps in group.values()}
         wanted = standby_tasks(owners, group[me][0], self.replicas) - self._active()
         for p in sorted(set(self.tasks) - wanted):  # went elsewhere: its stores close too
@@ -125,11 +129,14 @@ class Standby:
             self._ids = changelog_ids(self.runner, self.topic_ids)
         assign: list[tuple[TP, int | None]] = []
         for p in partitions:
-            items = self.runner.restore_plan(p, changelog_infos(self.runner, self.reader, self._ids, p), current=True)
+            infos = changelog_infos(self.runner, self.reader, self._ids, p, self._committed)
+            items = self.runner.restore_plan(p, infos, current=True)
             self.tasks[p] = items
             for item in items:
                 self._items[item.changelog] = item
                 self.position[item.changelog] = item.start
+                if item.changelog[0] in self.tables:
+                    self.bound[item.changelog] = item.end
                 assign.append((item.changelog, item.start))
         self.reader.add_all(assign)
         log.info("standby for tasks %s: %s", partitions,
@@ -147,29 +154,43 @@ class Standby:
                 self._items.pop(item.changelog, None)
                 self.position.pop(item.changelog, None)
                 self.current.discard(item.changelog)
+                self.bound.pop(item.changelog, None)
+                self.held.discard(item.changelog)
                 released.append(item)
         return released
 
     def step(self, max_records: int = 2_000, wait_s: float = 0.0) -> int:
         """Apply what the changelogs have for the copies, waiting up to ``wait_s`` for the
         first of it. Returns the count."""
-        batch: dict[TP, list[tuple[int, bytes | None, bytes | None]]] = {}
+        batch: dict[TP, list[tuple[int, bytes | None, bytes | None, int]]] = {}
         at_end: dict[TP, bool] = {}  # whether the partition's last event here was its end
         for got in self.reader.read(max_records, wait_s):
             if got[1] is None:
                 at_end[got[0]] = True
             else:
-                tp, offset, key, value = got  # type: ignore[misc]
-                batch.setdefault(tp, []).append((offset, key, value))
+                tp, offset, key, value, ts = got  # type: ignore[misc]
+                batch.setdefault(tp, []).append((offset, key, value, ts))
                 at_end[tp] = False
         n = 0
         for tp, records in batch.items():
             item = self._items.get(tp)
-            if item is not None:  # else released meanwhile
-                n += self.runner.restore(item, records)
-                self.position[tp] = records[-1][0] + 1
+            if item is None or tp in self.held:  # released meanwhile, or fetched before the hold
+                continue
+            bound = self.bound.get(tp)
+            if bound is not None and records[-1][0] >= bound:  # past what the group committed
+                records = [r for r in records if r[0] < bound]
+                self.reader.hold_at(tp, bound)
+                self.held.add(tp)
+                self.current.add(tp)
+                n += self.runner.restore(item, records, next_offset=bound)
+                self.position[tp] = bound
+                continue
+            n += self.runner.restore(item, records)
+            self.position[tp] = records[-1][0] + 1
         for tp, end in at_end.items():
             item = self._items.get(tp)
+            if tp in self.held or (tp in self.bound and (self.reader.position(tp) or 0) > self.bound[tp]):
+                continue
             if not end or item is None:
                 self.current.discard(tp)
                 continue
@@ -182,6 +203,18 @@ class Standby:
                 self.position[tp] = reached
         self.applied += n
         return n
+
+    def _advance_bounds(self) -> None:
+        """A table's own topic is copied as far as the group has committed: move each bound to
+        the committed offset now, and read on where the copy was waiting at the old one."""
+        for tp in list(self.bound):
+            at = self._committed(tp)
+            if at is not None and at > self.bound[tp]:
+                self.bound[tp] = at
+                if tp in self.held:
+                    self.held.discard(tp)
+                    self.current.discard(tp)
+                    self.reader.release(tp)
 
     def progress(self) -> list[dict[str, Any]]:
         """Per store partition copied: the next offset applied and whether it is current."""

@@ -59,7 +59,7 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
     written = [TopicSpec(name, n, limit) for name in pipeline.input_topics() if name not in counts]
     written += [
         TopicSpec(pipeline.changelog_topic(name), n, {"cleanup.policy": "compact", **limit})
-        for name in pipeline.store_names()
+        for name in pipeline.changelogged_stores()
     ]
     sinks = {t.name: t for t in [*pipeline.sink_topics(), pipeline.dead_letter]}
     written += [TopicSpec(t.name, t.partitions or n, {**limit, **t.config}) for t in sinks.values()
@@ -77,7 +77,7 @@ def service_grants(pipeline: Pipeline) -> list[Grant]:
     creates when they are missing, join its consumer group (and the restore reader's, which
     shares the prefix) and own its transactional ids (``<service>-<instance>``)."""
     grants: set[Grant] = set()
-    own = {*pipeline.input_topics(), *(pipeline.changelog_topic(s) for s in pipeline.store_names())}
+    own = {*pipeline.input_topics(), *(pipeline.changelog_topic(s) for s in pipeline.changelogged_stores())}
     sources = {s.topic.name for s in pipeline.sources()} | {g.topic.name for g in pipeline.global_tables()}
     sinks = {t.name for t in pipeline.sink_topics()} | {pipeline.dead_letter.name}
     for name in sources | own:
@@ -129,7 +129,7 @@ def output_limits(pipeline: Pipeline, settings: Mapping[str, Any],
     """What each topic the service writes to accepts (``TopicLimits``): the producer
     refuses what a topic would, as that record's error (``written_limits``)."""
     names = [*(t for t in pipeline.input_topics() if t not in _sources(pipeline)),
-             *(pipeline.changelog_topic(store) for store in pipeline.store_names()),
+             *(pipeline.changelog_topic(store) for store in pipeline.changelogged_stores()),
              *(t.name for t in pipeline.sink_topics()), pipeline.dead_letter.name]
     return written_limits(names, settings, max_message_bytes)
 

@@ -165,11 +165,16 @@ class TestDriver:
         self.runner = TaskRunner(pipeline, self.backend, self.topics, partitions=self.partitions,
                                  now_ms=lambda: self.wall_clock_ms, fault=self._fault)
         for p in range(self.partitions):
-            changelogs = {self.pipeline.changelog_topic(s): self.topics.info(self.pipeline.changelog_topic(s), p)
-                          for s in self.pipeline.store_names()}
+            changelogs = {}
+            for store in self.pipeline.store_names():
+                topic = self.pipeline.restore_topic(store)
+                info = changelogs[topic] = self.topics.info(topic, p)
+                if self.pipeline.table_source(store) is not None:  # its own topic, as far as committed
+                    changelogs[topic] = ChangelogInfo(info.incarnation, 0, self.committed.get((topic, p), 0))
             for item in self.runner.restore_plan(p, changelogs):
                 log = self.topics.log(item.changelog[0])[p]
-                self.runner.restore(item, ((m.offset(), m.key(), m.value()) for m in log[item.start:item.end]))
+                self.runner.restore(item, ((m.offset(), m.key(), m.value(), m.timestamp()[1])
+                                           for m in log[item.start:item.end]))
             self.runner.start(p)
         for table in self.runner.globals.tables.values():  # read whole again from where its store left off
             table.set_partitions(self.partitions)

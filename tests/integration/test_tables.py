@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from tests.integration import tables
 from tests.integration.harness import (
     ServiceProcess,
     Tail,
+    committed_offsets,
     get_json,
     kill_at_random_after,
     produce_to_partitions,
@@ -54,6 +56,10 @@ def test_a_join_killed_at_random_moments_joins_every_order_once_as_of_its_time(
     got = [(r.key.decode(), json.loads(r.value)) for r in out.records]
     assert sorted((k, v["id"], v["tier"]) for k, v in got) == sorted(want.elements())
     out.close()
+    # the table has no changelog: the lost disk's table came back from its own topic
+    assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"eno-{unique}-customers")]
+    assert re.search(rf"restoring customers\[\d\] from eno-customers-{unique}, offset 0 to about [1-9]",
+                     svc.log_text())
 
 
 def test_two_members_each_hold_the_whole_global_table_and_join_by_the_records_sku(
@@ -148,3 +154,69 @@ def test_two_tables_joined_by_a_member_killed_at_random_moments_hold_the_join_of
     wrong = {kt: v for kt, v in last.items() if v != tables.joined_at(evs, *kt)}
     assert not wrong, sorted(wrong.items())[:10]
     out.close()
+
+
+def _member(svc: ServiceProcess) -> dict[str, Any]:
+    code, body = get_json(svc.endpoint() + "/status")
+    assert code in (200, 503), body
+    return body["members"][0]
+
+
+def _running(svc: ServiceProcess) -> set[int]:
+    return {p["partition"] for p in _member(svc).get("partitions", []) if p["state"] == "running"}
+
+
+def test_a_standby_copies_a_table_from_its_topic_as_far_as_committed_and_takes_over_without_reading_it_again(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """Two members with a standby each: the survivor's copy of the victim's table partitions
+    follows the table's own topic up to the group's committed offset; when the victim is
+    SIGKILLed the survivor restores none of it again, and every order is joined once."""
+    evs = tables.events(orders=3_000, customers=40, seed=23)
+    want = tables.expected(evs)
+    topics = tables.history(unique, evs)
+    admin = admin_client({"bootstrap.servers": kafka_bootstrap})
+    ensure_topics(admin, [TopicSpec(t, tables.PARTITIONS) for t in topics])
+    env = {**service_env(kafka_bootstrap, unique, checkpoint_interval_ms=200), "FW_PROCESSING__STANDBY_REPLICAS": "1",
+           "FW_OBSERVE__PORT": "0", "FW_OBSERVE__INTERVAL_MS": "200"}
+    survivor = ServiceProcess(TARGET, tmp_path, "survivor", env).start()
+    services.append(survivor)
+    wait_until(lambda: _running(survivor) == {0, 1, 2}, 60, "the first member to run every partition",
+               survivor.log_text)
+    victim = ServiceProcess(TARGET, tmp_path, "victim", env).start()
+    services.append(victim)
+    wait_until(lambda: bool(_running(victim)) and _running(survivor) | _running(victim) == {0, 1, 2}
+               and not _running(survivor) & _running(victim), 60, "the partitions split between both members",
+               lambda: survivor.log_text() + victim.log_text())
+    moved = _running(victim)
+    customers = f"eno-customers-{unique}"
+    half = {t: records[:len(records) // 2] for t, records in topics.items()}
+    for topic, records in half.items():
+        produce_to_partitions(kafka_bootstrap, topic, records)
+    ends = {p: sum(1 for r in half[customers] if r[0] == p) for p in moved}
+
+    def copied() -> dict[int, int]:
+        return {c["partition"]: c["offset"] for c in _member(survivor).get("standby", []) if c["store"] == "customers"}
+
+    def caught_up() -> bool:
+        """The copy is where the group committed, which is the end of what was produced."""
+        done = committed_offsets(kafka_bootstrap, f"eno-{unique}", customers)
+        return all(done.get(p) == ends[p] for p in moved) and all(copied().get(p) == done[p] for p in moved)
+
+    wait_until(caught_up, 90, "the survivor's table copies to reach the group's committed offsets",
+               lambda: survivor.log_text()[-3000:])
+    before = len(survivor.log_text())
+    victim.kill()
+    wait_until(lambda: _running(survivor) == {0, 1, 2}, 60, "the survivor to run every task", survivor.log_text)
+    after = survivor.log_text()[before:]
+    restored = {int(p): int(n) for p, n in re.findall(r"restored customers\[(\d+)\]: (\d+) records", after)}
+    assert all(restored.get(p, 0) == 0 for p in moved), restored
+    assert "deleting it and rebuilding" not in after, after
+    for topic, records in topics.items():
+        produce_to_partitions(kafka_bootstrap, topic, records[len(records) // 2:])
+    out = Tail(kafka_bootstrap, f"eno-out-{unique}")
+    total = sum(want.values())
+    wait_until(lambda: out.drain() >= total, 300, f"{total} joined orders", lambda: survivor.log_text()[-3000:])
+    got = [(r.key.decode(), json.loads(r.value)) for r in out.records]
+    assert sorted((k, v["id"], v["tier"]) for k, v in got) == sorted(want.elements())
+    out.close()
+    assert survivor.stop() == 0

@@ -259,6 +259,38 @@ def test_held_records_and_versions_survive_a_crash_and_a_lost_state_directory() 
     assert joined(d) == [("x", 1, "bea", 30)]
 
 
+def test_a_table_read_from_its_topic_has_no_changelog_and_is_rebuilt_from_the_topic_up_to_the_commit() -> None:
+    """Its topic is its changelog: nothing else is written, and a lost state directory is
+    rebuilt from the topic as far as the group committed; what came after is processed again."""
+    def feed(d: TestDriver) -> None:
+        for i, ts in enumerate((10, 40, 20, 70)):
+            d.pipe("customers", {"name": f"n{i}", "ts": ts}, key="x", timestamp=ts)
+        d.pipe("customers", None, key="y", timestamp=15)
+        d.pipe_raw("customers", b"{not json", key=b'"z"', timestamp=5)  # a dead letter, no version
+        d.checkpoint()
+        d.pipe("customers", {"name": "late", "ts": 30}, key="x", timestamp=30)  # after the checkpoint
+
+    calm, crashed = TestDriver(enrich(), partitions=2), TestDriver(enrich(), partitions=2)
+    feed(calm)
+    feed(crashed)
+    assert not [t for t in crashed.topics.logs if t.endswith("-changelog") and "customers" in t]
+    crashed.crash(lose_local_state=True)
+    for d in (calm, crashed):
+        d.pipe("orders", {"id": 1, "ts": 35}, key="x", timestamp=35)
+        d.advance_watermark(FAR)
+    assert crashed.dump(partition_for(b'"x"', 2))["customers"] == calm.dump(partition_for(b'"x"', 2))["customers"]
+    assert joined(crashed) == joined(calm) == [("x", 1, "late", 35)]
+    assert [r.key for r in crashed.output("enrich-dead-letter")] == [b'"z"']  # once: it was committed
+
+
+def test_a_table_of_an_aggregate_keeps_a_changelog() -> None:
+    p = Pipeline("agg")
+    p.source(Topic("in")).key_by(lambda v: v).count(name="counts").as_table(name="t").to_stream().to(Topic("out"))
+    assert p.table_source("t") is None and "agg-t-changelog" in [p.changelog_topic(s) for s in p.changelogged_stores()]
+    assert enrich().table_source("customers") is not None
+    assert "enrich-customers-changelog" not in [enrich().changelog_topic(s) for s in enrich().changelogged_stores()]
+
+
 def test_an_aggregate_as_a_table_joins_like_a_topic() -> None:
     p = Pipeline("spend")
     payments = p.source(Topic("payments"), watermarks=bounded())
