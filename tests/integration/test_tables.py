@@ -12,6 +12,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
+from framework.cli import cli
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from tests.integration import tables
 from tests.integration.harness import (
@@ -60,6 +63,17 @@ def test_a_join_killed_at_random_moments_joins_every_order_once_as_of_its_time(
     assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"eno-{unique}-customers")]
     assert re.search(rf"restoring customers\[\d\] from eno-customers-{unique}, offset 0 to about [1-9]",
                      svc.log_text())
+    # and fw state rebuilds it from the topic too, with every version of a key
+    key = next(k for kind, k, _, v in evs if kind == "customer" and v is not None)
+    versions: dict[int, Any] = {}
+    for kind, k, ts, v in evs:
+        if kind == "customer" and k == key:
+            versions[ts] = None if v is None else {"tier": v, "ts": ts}
+    env = {**service_env(kafka_bootstrap, unique), "FW_STATE_DIR": str(tmp_path / "elsewhere")}
+    result = CliRunner().invoke(cli, ["state", "get", TARGET, "customers", key, "--source", "changelog", "--json"],
+                                env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["entries"][0]["value"] == [[ts, versions[ts]] for ts in sorted(versions)]
 
 
 def test_two_members_each_hold_the_whole_global_table_and_join_by_the_records_sku(
