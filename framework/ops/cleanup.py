@@ -126,9 +126,9 @@ def plan_drop(settings: Mapping[str, Any], pipeline: Pipeline, store: str, state
     ours = {t.topic for t in found.internal}
     other = claimed_by(pipeline.name, topic, known_services(found.topics, found.groups))
     if topic in found.topics and topic not in ours and other is not None:
-        raise RuntimeProblem(f"topic {topic} is a changelog of service {other!r}, whose name extends "
-                             f"{pipeline.name!r}, not one of {pipeline.name!r}'s: nothing dropped. Fix: drop it as "
-                             f"that service's store, if that is what you meant")
+        raise RuntimeProblem(f"topic {topic} is a changelog of service {other!r} (its name extends "
+                             f"{pipeline.name!r}), not of {pipeline.name!r}: nothing dropped. Fix: drop it as a "
+                             "store of that service, if that is what you meant")
     local = store_copies(found.stores_here, store)
     if topic not in ours and not local:
         stale = sorted({t.name for t in found.internal if t.kind == CHANGELOG} - set(pipeline.store_names()))
