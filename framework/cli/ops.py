@@ -7,13 +7,14 @@ FW_CONFIG; the cluster is ``FW_BOOTSTRAP_SERVERS`` as for ``fw run``). The logic
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
 import click
 
 from framework.cli import output as out
 from framework.errors import ConfigError, RuntimeProblem
+from framework.ops import cleanup as C
 from framework.ops import groups as G
 from framework.ops import state as St
 from framework.ops import tail as Tl
@@ -174,8 +175,9 @@ def _n(value: int | None) -> str:
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
 @_common
 def group_reset(service: str, to: str, dry_run: bool, as_json: bool, config_file: str | None) -> None:
-    """Start SERVICE (module:pipeline) over: sources to --to, repartition topics to their end,
-    changelogs created anew. Refused while the group has members."""
+    """Start SERVICE (module:pipeline) over: sources to --to, every internal topic of the
+    service (its releases' changelogs and repartition topics) emptied or deleted, its local
+    stores here deleted. Outputs and dead letters stay. Refused while the group has members."""
     if not is_target(service):
         raise ConfigError(f"fw group reset needs the service as module:pipeline, not the group id {service!r}: "
                           "the reset also empties the service's internal topics, which its definition names")
@@ -190,16 +192,24 @@ def group_reset(service: str, to: str, dry_run: bool, as_json: bool, config_file
         return
     out.table(f"offsets of group {plan.group}", ["topic", "partition", "before", "after"],
               [(t, str(p), _n(b), str(a)) for (t, p), (b, a) in sorted(plan.offsets.items())])
-    verb = "would be created anew" if dry_run else "created anew"
-    out.lines([f"changelogs {verb}: {', '.join(sorted(plan.changelogs)) or 'none'}", *plan.notes,
-               "dry run: nothing was changed" if dry_run else "reset done"])
+    would = "would be " if dry_run else ""
+    out.lines([f"other committed offsets {would}deleted: {_listed(f'{t}[{p}]' for t, p in plan.forgotten)}",
+               f"internal topics {would}created anew, empty: {_listed(plan.recreated)}",
+               (f"internal topics {would}deleted (of stores and steps the pipeline no longer has): "
+                f"{_listed(plan.deleted)}"),
+               f"local state {would}deleted from {plan.state_dir}: {_listed(plan.local)}",
+               *plan.notes, "dry run: nothing was changed" if dry_run else "reset done"])
+
+
+def _listed(names: Iterable[str]) -> str:
+    return ", ".join(sorted(names)) or "none"
 
 
 # -- state -------------------------------------------------------------------------------
 
 @click.group()
 def state() -> None:
-    """Read a service's stores: local RocksDB copies or their changelogs."""
+    """Read a service's stores (local RocksDB copies, their changelogs, or the running service), or drop one."""
 
 
 def _source_option(f: F) -> F:
@@ -239,6 +249,32 @@ def _rows(opened: St.StoreReader | list[St.StoreRow], read: Callable[[St.StoreRe
         _print_rows(read(opened), opened.notes, as_json)
     finally:
         opened.close()
+
+
+@state.command("drop")
+@click.argument("service")
+@click.argument("store")
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@_common
+def state_drop(service: str, store: str, dry_run: bool, as_json: bool, config_file: str | None) -> None:
+    """Delete STORE of SERVICE (module:pipeline), a store of an earlier release the pipeline no
+    longer has: its changelog and its local copies here. Refused for a store the pipeline has,
+    and while the group has members."""
+    if not is_target(service):
+        raise ConfigError(f"fw state drop needs the service as module:pipeline, not {service!r}: its definition "
+                          "tells the stores it still uses")
+    config = load_config(config_file)
+    settings = client_settings(config)
+    plan = C.plan_drop(settings, load_service(service), store, config.state.dir)
+    if not dry_run:
+        C.apply_drop(settings, plan)
+    if as_json:
+        out.emit_json(plan.as_dict())
+        return
+    would = "would be " if dry_run else ""
+    out.lines([f"changelog {would}deleted: {plan.changelog or 'none'}",
+               f"local state {would}deleted from {plan.state_dir}: {_listed(plan.local)}",
+               *plan.notes, "dry run: nothing was changed" if dry_run else f"store {store} dropped"])
 
 
 @state.command("get")

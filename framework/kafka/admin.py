@@ -41,10 +41,17 @@ class TopicSpec:
     replication_factor: int = -1  # broker default
 
 
-def topic_partitions(admin: AdminClient, names: Iterable[str], timeout_s: float = 10.0) -> dict[str, int]:
-    """Partition counts of the existing topics among ``names``."""
+def topic_partitions(admin: AdminClient, names: Iterable[str] | None, timeout_s: float = 10.0) -> dict[str, int]:
+    """Partition counts of the existing topics among ``names`` (None: of every topic)."""
     md = admin.list_topics(timeout=timeout_s)
-    return {n: len(md.topics[n].partitions) for n in names if n in md.topics and not md.topics[n].error}
+    wanted = md.topics if names is None else names
+    return {n: len(md.topics[n].partitions) for n in wanted if n in md.topics and not md.topics[n].error}
+
+
+def group_ids(admin: AdminClient, timeout_s: float = 10.0) -> list[str]:
+    """Every consumer group the cluster knows, by id."""
+    listing = admin.list_consumer_groups(request_timeout=timeout_s).result()
+    return sorted(g.group_id for g in listing.valid)
 
 
 def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: float = 30.0,

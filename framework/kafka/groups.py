@@ -168,3 +168,20 @@ def recreate_topics(settings: Mapping[str, Any], topics: Mapping[str, tuple[int,
                     raise KafkaClientError(f"cannot create topic {name!r}: {exc}") from exc
         if pending:
             time.sleep(0.2)
+
+
+def remove_topics(settings: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 60.0) -> None:
+    """Delete ``topics`` (those missing are ignored) and wait until the cluster's metadata no
+    longer shows them: a service started right after creates them anew instead of finding a
+    topic being deleted."""
+    names = sorted(set(topics))
+    if not names:
+        return
+    delete_topics(settings["bootstrap.servers"], names, extra=settings, timeout_s=timeout_s)
+    admin = AdminClient({"logger": CLIENT_LOG, **settings})
+    deadline = time.monotonic() + timeout_s
+    while left := sorted(set(names) & set(admin.list_topics(timeout=timeout_s).topics)):
+        if time.monotonic() > deadline:
+            raise KafkaClientError(f"topics {left} are still listed {timeout_s:.0f} s after their deletion")
+        time.sleep(0.2)
+

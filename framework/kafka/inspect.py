@@ -26,7 +26,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
 
 from framework.errors import KafkaClientError, RuntimeProblem
-from framework.kafka.admin import TopicSpec, ensure_topics
+from framework.kafka.admin import TopicSpec, ensure_topics, group_ids
 from framework.kafka.clients import retry_while_not_ready
 from framework.kafka.connect import probe
 from framework.kafka.logs import CLIENT_LOG
@@ -148,13 +148,14 @@ class Cluster:
         md = self.admin.list_topics(topic, timeout=self.timeout_s).topics[topic]
         parts = [PartitionInfo(p, md.partitions[p].leader, list(md.partitions[p].replicas),
                                list(md.partitions[p].isrs), *bounds[p]) for p in sorted(bounds)]
-        return TopicDetail(topic, self._topic_id(topic), parts, self._overrides(topic))
+        return TopicDetail(topic, self._topic_id(topic), parts, self.overrides(topic))
 
     def _topic_id(self, topic: str) -> str:
         future = self.admin.describe_topics(TopicCollection([topic]), request_timeout=self.timeout_s)[topic]
         return str(future.result().topic_id)
 
-    def _overrides(self, topic: str) -> dict[str, str]:
+    def overrides(self, topic: str) -> dict[str, str]:
+        """The configuration ``topic`` was given (its dynamic topic configs), not the defaults."""
         resource = ConfigResource(ResourceType.TOPIC, topic)
         entries = self.admin.describe_configs([resource], request_timeout=self.timeout_s)[resource].result()
         return {name: str(e.value) for name, e in sorted(entries.items())
@@ -183,8 +184,7 @@ class Cluster:
     # -- groups ----------------------------------------------------------------------------
 
     def groups(self) -> list[str]:
-        listing = self.admin.list_consumer_groups(request_timeout=self.timeout_s).result()
-        return sorted(g.group_id for g in listing.valid)
+        return group_ids(self.admin, self.timeout_s)
 
     def group(self, group: str) -> GroupInfo:
         """The group's state and members; ``Dead`` with no members when it is unknown."""

@@ -8,17 +8,25 @@ reader reaches, so a partition written transactionally shows a lag of 1 once eve
 read: the commit marker after the last record takes an offset.
 
 **Reset**, as Kafka Streams' application reset tool does, starts the service over from a
-point of its sources: refused while the group has members (a running member would go on
-from its own positions and state); then
+point of its sources, whatever releases ran before: refused while the group has members (a
+running member would go on from its own positions and state); then
 
-1. the sources' offsets go to ``--to`` (``framework.kafka.offsets``: earliest, latest, a
+1. the local copies of every store under ``state.dir/<service>`` on this host go, those of
+   stores the pipeline no longer has included (``framework.ops.cleanup``);
+2. every committed offset of the group but the sources' goes (the empty group is deleted):
+   those of repartition topics (created anew below) and of topics earlier releases read;
+3. every internal topic of the service goes (``framework.pipeline.internal``: each
+   ``<service>-*-changelog`` and ``<service>-*-repartition`` on the cluster, not a
+   longer-named service's); those the pipeline has are created again, empty, with their
+   partitions and config. Each gets a new topic id, so a member's local state elsewhere,
+   which records the id it reflects, is seen as stale and rebuilt, never merged;
+4. the sources' offsets go to ``--to`` (``framework.kafka.offsets``: earliest, latest, a
    time, ``topic:partition:offset``; partitions such a list does not name go to their first
-   offset, since the state is rebuilt from nothing);
-2. the repartition topics' offsets go to their ends: their records stand for source records
-   processed before the reset;
-3. the changelogs are deleted and created again, empty (``recreate_topics``): each gets a
-   new topic id, so every member's local state, which records the id it reflects, is seen
-   as stale when the member starts and is rebuilt from the empty changelog, never merged.
+   offset, since the state is rebuilt from nothing).
+
+It leaves the user's topics: sources, outputs (the rerun appends to them, and says so), the
+dead letters, and the backfill ledger with its marker groups, which describe outputs that
+are still there (``fw replay --clean`` forgets them).
 """
 
 from __future__ import annotations
@@ -28,11 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.errors import RuntimeProblem
-from framework.kafka.groups import active_members, commit_offsets, end_offsets, recreate_topics
+from framework.kafka.groups import commit_offsets, delete_group, recreate_topics, remove_topics
 from framework.kafka.inspect import Cluster, GroupInfo
 from framework.kafka.offsets import resolve_positions
+from framework.ops.cleanup import ELSEWHERE, drop_local, refuse_while_running, survey
 from framework.pipeline.definition import Pipeline
+from framework.pipeline.internal import ledger_topic
 
 TP = tuple[str, int]
 
@@ -86,13 +95,20 @@ def describe_group(settings: Mapping[str, Any], group: str, pipeline: Pipeline |
 
 @dataclass
 class ResetPlan:
-    """What a reset changes: ``offsets`` (partition -> (committed before or None, after)),
-    the changelogs it creates anew, and where the members' local state is."""
+    """What a reset changes (module docstring): the sources' committed ``offsets`` (partition
+    -> (before or None, after)), the committed offsets it deletes (``forgotten``), the internal
+    topics it creates anew (name -> (partitions, config)) and deletes, the stores it deletes
+    under ``state_dir`` here; and what it leaves (``kept``: the service's outputs, dead letters
+    and backfill ledger, those that exist)."""
 
     group: str
     offsets: dict[TP, tuple[int | None, int]]
-    changelogs: dict[str, int]  # topic -> partitions
+    forgotten: list[TP]
+    recreated: dict[str, tuple[int, dict[str, str]]]
+    deleted: list[str]
     state_dir: Path
+    local: list[str]
+    kept: dict[str, list[str]]
     applied: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -100,54 +116,69 @@ class ResetPlan:
         return {"group": self.group, "applied": self.applied,
                 "offsets": [{"topic": t, "partition": p, "before": b, "after": a}
                             for (t, p), (b, a) in sorted(self.offsets.items())],
-                "changelogs_recreated": sorted(self.changelogs), "state_dir": str(self.state_dir),
-                "notes": self.notes}
-
-
-def refuse_while_running(settings: Mapping[str, Any], group: str) -> None:
-    members = active_members(settings, group)
-    if members:
-        raise RuntimeProblem(f"consumer group {group!r} has {len(members)} active member(s) ({', '.join(members)}): a "
-                          "reset would race them. Fix: stop every instance of the service, then reset")
+                "offsets_deleted": [f"{t}[{p}]" for t, p in self.forgotten],
+                "topics_recreated": sorted(self.recreated), "topics_deleted": self.deleted,
+                "state_dir": str(self.state_dir), "local_deleted": [str(self.state_dir / d) for d in self.local],
+                "kept": self.kept, "notes": self.notes}
 
 
 def plan_reset(settings: Mapping[str, Any], pipeline: Pipeline, to: str, state_root: Path) -> ResetPlan:
     """The reset of service ``pipeline`` to ``to``, computed, nothing changed yet."""
     group = pipeline.name
-    refuse_while_running(settings, group)
+    refuse_while_running(settings, group, "a reset", "reset")
     sources = [s.topic.name for s in pipeline.sources()]
     positions = resolve_positions(settings, sources, to, option="--to", group=group)
+    found = survey(settings, pipeline, state_root)
     cluster = Cluster(settings)
     try:
         before = cluster.committed(group)
-        existing = {t.name: t.partitions for t in cluster.topics()}
+        mine = {*pipeline.repartition_topics(), *(pipeline.changelog_topic(s) for s in pipeline.changelogged_stores())}
+        recreated = {t.topic: (found.topics[t.topic], cluster.overrides(t.topic))
+                     for t in found.internal if t.topic in mine}
     finally:
         cluster.close()
-    repartition = [t for t in pipeline.input_topics() if t not in sources and t in existing]
-    positions.update(end_offsets(settings, repartition))
-    tasks = max((existing[t] for t in sources), default=pipeline.default_partitions)
-    changelogs = {pipeline.changelog_topic(s): existing.get(pipeline.changelog_topic(s), tasks)
-                  for s in pipeline.changelogged_stores()}
     offsets = {tp: (before.get(tp), after) for tp, after in positions.items()}
-    state_dir = state_root.resolve() / pipeline.name
-    return ResetPlan(group, offsets, changelogs, state_dir, notes=_state_notes(state_dir, bool(changelogs)))
+    forgotten = sorted(tp for tp in before if tp not in positions)
+    deleted = [t.topic for t in found.internal if t.topic not in recreated]
+    written = {"outputs": sorted({t.name for t in pipeline.sink_topics()} - set(sources)),
+               "dead letters": [pipeline.dead_letter.name], "backfill ledger": [ledger_topic(group)]}
+    kept = {what: [t for t in names if t in found.topics] for what, names in written.items()}
+    plan = ResetPlan(group, offsets, forgotten, recreated, deleted, found.state_dir, found.stores_here,
+                     {what: names for what, names in kept.items() if names})
+    plan.notes = _notes(plan, pipeline)
+    return plan
 
 
 def apply_reset(settings: Mapping[str, Any], plan: ResetPlan) -> ResetPlan:
-    """Recreate the changelogs, then commit the offsets; refused again if a member joined."""
-    refuse_while_running(settings, plan.group)
-    recreate_topics(settings, {t: (n, {"cleanup.policy": "compact"}) for t, n in plan.changelogs.items()})
-    refuse_while_running(settings, plan.group)
+    """Delete the local stores (a held one stops it here, before the cluster is touched), the
+    group with its committed offsets, the internal topics; create those of the pipeline anew;
+    then commit the sources' offsets. Refused again if a member joined meanwhile."""
+    refuse_while_running(settings, plan.group, "a reset", "reset")
+    drop_local(plan.state_dir, plan.local)
+    if plan.forgotten:
+        delete_group(settings, plan.group)  # an empty group's offsets go with it; the sources' come back below
+    remove_topics(settings, plan.deleted)
+    recreate_topics(settings, plan.recreated)
+    refuse_while_running(settings, plan.group, "a reset", "reset")
     commit_offsets(settings, plan.group, {tp: after for tp, (_, after) in plan.offsets.items()})
     plan.applied = True
     return plan
 
 
-def _state_notes(state_dir: Path, stateful: bool) -> list[str]:
-    if not stateful:
-        return ["the service keeps no state: nothing to do about local state"]
-    where = f"{state_dir} (FW_STATE_DIR/<service>)"
-    here = "exists on this host" if state_dir.exists() else "does not exist on this host"
-    return [(f"local state: {where} {here}. Each member sees that its changelogs were created anew (new topic "
-             "ids) and rebuilds its stores from them when it starts; delete that directory on every host that "
-             "ran a member to free its disk space now")]
+def _notes(plan: ResetPlan, pipeline: Pipeline) -> list[str]:
+    """What the reset leaves, and what that means for the rerun: one line each."""
+    notes = []
+    outputs = plan.kept.get("outputs", [])
+    if outputs:
+        first = outputs[0]
+        notes.append(f"outputs kept: {', '.join(outputs)}. The rerun appends its results after the earlier run's, "
+                     "so a reader from their start sees both. To write to new topics instead, rename them in the "
+                     f"pipeline (e.g. Topic(\"{first}-2\")) before the service starts again")
+    if "dead letters" in plan.kept:
+        notes.append(f"dead letters kept: {pipeline.dead_letter.name} (the user's data); the rerun's are appended")
+    if "backfill ledger" in plan.kept:
+        [ledger] = plan.kept["backfill ledger"]
+        notes.append(f"backfill ledger kept: {ledger}: its backfills' outputs are still in their topics; "
+                     f"fw replay {pipeline.target or 'MODULE:PIPELINE'} --clean forgets them")
+    notes.append(ELSEWHERE.format(service=pipeline.name))
+    return notes

@@ -24,6 +24,7 @@ from typing import Any
 from framework.errors import PipelineError
 from framework.pipeline import steps as S
 from framework.pipeline.functions import CoProcessFunction, ProcessFunction
+from framework.pipeline.internal import DEAD_LETTER_SUFFIX, TIME_STORE, changelog_topic, repartition_topic
 from framework.serde import JsonSerde, Serde, StringSerde
 from framework.serde.keys import KeySerde
 from framework.serde.values import CustomType
@@ -54,7 +55,6 @@ class Topic:
 
 
 DAY_MS = 86_400_000  # a table's default history
-TIME_STORE = "_time"  # a task's watermarks; not a valid step name, so never a step's store
 
 
 class Pipeline:
@@ -72,10 +72,13 @@ class Pipeline:
         self.types = tuple(t if isinstance(t, CustomType) else CustomType(t) for t in types)
         for t in self.types:
             t.resolved()  # a type that cannot be registered fails here, not on its first value
-        dlq = dead_letter or f"{name}-dead-letter"
+        dlq = dead_letter or f"{name}{DEAD_LETTER_SUFFIX}"
         self.dead_letter = dlq if isinstance(dlq, Topic) else Topic(dlq)
         self.steps: dict[str, S.Step] = {}
         self.children: dict[str, list[str]] = {}
+        self.target: str | None = None
+        """The ``module:pipeline`` it was loaded from (``load_pipeline``), for messages that
+        name a command to run on it."""
 
     # -- building ----------------------------------------------------------------------
 
@@ -135,10 +138,10 @@ class Pipeline:
     # -- derived topology ----------------------------------------------------------------
 
     def changelog_topic(self, store: str) -> str:
-        return f"{self.name}-{store}-changelog"
+        return changelog_topic(self.name, store)
 
     def repartition_topic(self, step: str) -> str:
-        return f"{self.name}-{step}-repartition"
+        return repartition_topic(self.name, step)
 
     def stateful_steps(self) -> list[S.Step]:
         return [s for s in self.steps.values() if s.stateful]

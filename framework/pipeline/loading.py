@@ -46,6 +46,7 @@ def load_pipeline(target: str) -> Pipeline:
     pipeline = obj() if callable(obj) and not isinstance(obj, Pipeline) else obj
     if not isinstance(pipeline, Pipeline):
         raise ConfigError(f"{target} is a {type(pipeline).__name__}, not a Pipeline")
+    pipeline.target = target
     return pipeline
 
 

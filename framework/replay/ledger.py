@@ -37,13 +37,10 @@ from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_
 from framework.kafka.groups import delete_group
 from framework.kafka.inspect import Cluster
 from framework.kafka.io import delete_topics, produce_values, read_committed
+from framework.pipeline.internal import ledger_topic
 from framework.replay.plan import backfill_group
 
 Ranges = dict[str, dict[int, list[int]]]
-
-
-def ledger_topic(service: str) -> str:
-    return f"{service}-backfills"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """The topics a service needs, created with the right partition counts and configs, and the
-permissions it needs on them (``service_grants``)."""
+permissions it needs on them (``service_grants``). At start, the stores of an earlier release
+the pipeline no longer has are named in one warning (``warn_stale_stores``); the names
+themselves are ``framework.pipeline.internal``'s."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from framework.errors import PipelineError, RuntimeProblem
@@ -14,11 +16,13 @@ from framework.kafka.admin import (
     TopicSpec,
     admin_client,
     ensure_topics,
+    group_ids,
     topic_limits,
     topic_partitions,
 )
 from framework.kafka.connect import principal
 from framework.pipeline.definition import Pipeline
+from framework.pipeline.internal import known_services, stale_stores
 
 log = logging.getLogger("framework.runtime")
 
@@ -39,7 +43,9 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
     """
     admin = admin_client(settings)
     sources = [s.topic for s in pipeline.sources()]
-    existing = topic_partitions(admin, [t.name for t in sources])
+    listed = topic_partitions(admin, None)
+    warn_stale_stores(pipeline, listed, lambda: group_ids(admin))
+    existing = {t.name: listed[t.name] for t in sources if t.name in listed}
     counts = {t.name: existing.get(t.name) or t.partitions or pipeline.default_partitions for t in sources}
     if len(set(counts.values())) > 1:
         raise PipelineError(
@@ -49,9 +55,7 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
         )
     n = next(iter(counts.values()))
     if not create:
-        named = list(user_topics(pipeline, n))
-        present = topic_partitions(admin, named)
-        absent = [name for name in named if name not in present]
+        absent = [name for name in user_topics(pipeline, n) if name not in listed]
         if absent:
             raise topics_missing(pipeline, absent, n, settings.get("bootstrap.servers", "?"), running=False)
     limit = size_config(max_message_bytes)
@@ -68,6 +72,29 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
     specs += [TopicSpec(g.topic.name, g.topic.partitions or n, dict(g.topic.config)) for g in pipeline.global_tables()]
     ensure_topics(admin, specs + written, who=principal(settings))
     return n
+
+
+def warn_stale_stores(pipeline: Pipeline, topics: Iterable[str], groups: Callable[[], Iterable[str]]) -> None:
+    """One warning line naming each store of an earlier release the pipeline no longer has
+    (its changelog is on the cluster, among ``topics``), with the command that drops it: its
+    step was renamed or removed, so that state is unused now, and a release with the step again
+    would continue from it. ``groups`` (the cluster's consumer groups) is asked only when some
+    changelog looks stale: the one that a longer-named service made is not this one's."""
+    topics = list(topics)
+    stores = pipeline.store_names()
+    stale = stale_stores(pipeline.name, stores, topics, known_services(topics))
+    if stale:
+        stale = stale_stores(pipeline.name, stores, topics, known_services(topics, groups()))
+    if not stale:
+        return
+    target = pipeline.target or "MODULE:PIPELINE"
+    listed = ", ".join(f"{store} ({topic})" for store, topic in sorted(stale.items()))
+    drops = "; ".join(f"fw state drop {target} {store}" for store in sorted(stale))
+    one = len(stale) == 1
+    log.warning("service %r has the state of %s its pipeline no longer has: %s. A step renamed or removed starts "
+                "from nothing, and a release that has the step again would continue from this old state. Fix: "
+                "drop %s (%s), or give the step its old name back", pipeline.name,
+                "a store" if one else "stores", listed, "it" if one else "them", drops)
 
 
 def service_grants(pipeline: Pipeline) -> list[Grant]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from framework.errors import EnvironmentProblem
 
-__all__ = ["ensure_writable", "unwritable", "writable_fix"]
+__all__ = ["ensure_writable", "store_dirs", "unwritable", "writable_fix"]
 
 _PROBE = ".fw-write-probe"
 
@@ -65,3 +65,13 @@ def ensure_writable(state_dir: Path, service: str | None = None) -> None:
     why = unwritable(state_dir, service)
     if why is not None:
         raise EnvironmentProblem(f"{why}. Fix: {writable_fix(state_dir)}")
+
+
+def store_dirs(state_dir: Path, service: str) -> list[str]:
+    """The stores of ``service`` this host keeps in ``state_dir`` (its subdirectories
+    ``<service>/<store>``: the stores of every release that ran here, a global table's
+    further copies ``<table>@<n>`` included), by name."""
+    directory = state_dir.absolute() / service
+    if not directory.is_dir():
+        return []
+    return sorted(d.name for d in directory.iterdir() if d.is_dir())

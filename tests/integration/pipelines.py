@@ -536,3 +536,49 @@ def joined_tables() -> Pipeline:
     customers = p.table(Topic(f"tt-customers-{s}", partitions=3), name="customers")
     accounts.join(customers, _both, how="outer", name="joined").to_stream().to(Topic(f"tt-out-{s}"))
     return p
+
+
+# -- a release that renames a stateful step, and services whose names share a prefix -----------
+
+
+def _count_and_sum(acc: list[int], n: int) -> list[int]:
+    return [acc[0] + 1, acc[1] + n]
+
+
+def _rolling(step: str) -> Pipeline:
+    """Numbers keyed by text (2 partitions) -> a rolling [count, sum] per key in store ``step``
+    -> ``roll-out-<suffix>``."""
+    s = _suffix()
+    p = Pipeline(f"roll-{s}", partitions=2)
+    p.source(Topic(f"roll-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2), name="in") \
+        .aggregate(lambda: [0, 0], _count_and_sum, name=step).to(Topic(f"roll-out-{s}"), name="to-out")
+    return p
+
+
+def rolling_v1() -> Pipeline:
+    return _rolling("running")
+
+
+def rolling_v2() -> Pipeline:
+    """The next release: the step renamed ``totals``."""
+    return _rolling("totals")
+
+
+def _counting(name: str, dead_letter: str | None = None) -> Pipeline:
+    p = Pipeline(name, partitions=2, dead_letter=dead_letter)
+    p.source(Topic(f"{name}-in", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2), name="in") \
+        .count(name="counts").to(Topic(f"{name}-out"), name="to-out")
+    return p
+
+
+def prefix_short() -> Pipeline:
+    """``sh-<suffix>``, counting per key; its input and output topics carry its name (the
+    user's topics, which its reset must not touch)."""
+    return _counting(f"sh-{_suffix()}")
+
+
+def prefix_long() -> Pipeline:
+    """``sh-<suffix>-enrich``: its changelog ``sh-<suffix>-enrich-counts-changelog`` reads as
+    store ``enrich-counts`` of ``sh-<suffix>``. Its dead letters go elsewhere, so only its
+    consumer group tells that it exists."""
+    return _counting(f"sh-{_suffix()}-enrich", dead_letter=f"shx-dead-{_suffix()}")

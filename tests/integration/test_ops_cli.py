@@ -112,8 +112,9 @@ def test_group_reset_refused_while_a_member_runs_then_state_and_offsets(kafka_bo
     assert _get(env, "counts", "k1") == ("changelog", 12)
 
     reset = fw_json(env, "group", "reset", TARGET, "--to", "earliest")
-    assert reset["applied"] and sorted(reset["changelogs_recreated"]) == [f"eo-{unique}-counts-changelog",
-                                                                         f"eo-{unique}-sums-changelog"]
+    assert reset["applied"] and reset["topics_recreated"] == [f"eo-{unique}-counts-changelog",
+                                                             f"eo-{unique}-parity-repartition",
+                                                             f"eo-{unique}-sums-changelog"]
     after = fw_json(env, "group", "describe", TARGET)
     committed = {(r["topic"], r["partition"]): r["committed"] for r in after["partitions"]}
     assert {p: committed[(source, p)] for p in range(4)} == {p: 0 for p in range(4)}

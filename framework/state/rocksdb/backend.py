@@ -337,6 +337,20 @@ class RocksDBBackend:
             except OSError as exc:
                 raise StateError(f"cannot delete state store directory {path}: {exc}") from exc
 
+    def drop_store(self, service: str, store: str) -> None:
+        """Delete every partition of ``store`` as ``drop`` does (refused, with nothing of that
+        partition deleted, for one a live process holds), then the store's directory."""
+        directory = self._root / service / store
+        if not directory.is_dir():
+            return
+        for child in sorted(directory.iterdir()):
+            if child.name.isdigit():
+                self.drop(service, store, int(child.name))
+        try:
+            shutil.rmtree(directory)
+        except OSError as exc:
+            raise StateError(f"cannot delete state store directory {directory}: {exc}") from exc
+
     def close_all(self) -> None:
         with self._lock:
             parts = list(self._parts.values())
