@@ -106,15 +106,17 @@ def parquet_outputs(path: Path, pipeline: Pipeline) -> dict[str, list[Record]]:
 def results(bootstrap: str, pipeline: Pipeline, suffix: str = "",
             since: dict[str, dict[int, int]] | None = None) -> Results:
     """The outputs (of topics ``t + suffix``, from the offsets ``since`` on when given) and the
-    state in the changelogs; outputs are keyed by the pipeline's own topic names."""
-    changelogs = {store: pipeline.changelog_topic(store) for store in pipeline.store_names()}
+    state in the changelogs; outputs are keyed by the pipeline's own topic names. A table read
+    from its own topic has no changelog (the live service rebuilds it from the topic, the same
+    after a bootstrap as before): what it held shows in the joins' outputs."""
+    changelogs = {store: pipeline.changelog_topic(store) for store in pipeline.changelogged_stores()}
     read = read_topics(bootstrap, [f"{t}{suffix}" for t in output_topics(pipeline)] + list(changelogs.values()))
     outputs = {t: [r for r in read[f"{t}{suffix}"]
                    if not _is_control(r) and r.offset >= (since or {}).get(t, {}).get(r.partition, 0)]
                for t in output_topics(pipeline)}
     codec = ValueCodec(pipeline.types)
     state: dict[str, dict[tuple[int, bytes], Any]] = {}
-    for store in pipeline.store_names():
+    for store in changelogs:
         latest: dict[tuple[int, bytes], bytes | None] = {}
         for r in sorted(read[changelogs[store]], key=lambda r: (r.partition, r.offset)):
             latest[(r.partition, r.key or b"")] = r.value
