@@ -361,15 +361,19 @@ def join_section(runs: list[tuple[str, dict]], memory: list[tuple[str, dict]]) -
                                  f"{'–' if load[0] is None else f'{load[0]:.2f}'} |")
                 lines.append("")
     for name, mem in memory:
+        rebuilt = "rebuild_s" in mem  # since the table's topic is its changelog
+        how = "restored from its own topic" if rebuilt else "with its changelog"
         lines += [f"**A table of {mem['keys']:,} keys x {mem['versions']} versions** (`benchmarks/table_memory.py`, "
-                  f"`benchmarks/results/{name}`; one `fw run` process, the table in RocksDB with its changelog; load "
-                  f"average {mem['loadavg_before'][0]:.2f} before)", "",
+                  f"`benchmarks/results/{name}`; one `fw run` process, the table in RocksDB {how}; load "
+                  f"average {mem['loadavg_before'][0]:.2f} before, {mem['loadavg_after'][0]:.2f} after)", "",
                   "| empty service RSS | RSS with the table | peak RSS while filling | RSS per key | state on disk, "
-                  "running | state on disk, stopped | per key on disk | fill |",
-                  "|---:|---:|---:|---:|---:|---:|---:|---:|",
+                  "running | state on disk, stopped | per key on disk | fill |" + (" rebuild from the topic | RSS "
+                                                                                    "rebuilt |" if rebuilt else ""),
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if rebuilt else ""),
                   f"| {_fmt(mem['rss_empty_mb'])} MB | {_fmt(mem['rss_full_mb'])} MB | {_fmt(mem['peak_rss_mb'])} MB | "
                   f"{mem['per_key_rss_bytes']:,} B | {_fmt(mem['disk_running_mb'])} MB | {_fmt(mem['disk_stopped_mb'])} MB | "
-                  f"{mem['per_key_disk_bytes']:,} B | {mem['records']:,} records in {_fmt(mem['fill_s'])} s |", ""]
+                  f"{mem['per_key_disk_bytes']:,} B | {mem['records']:,} records in {_fmt(mem['fill_s'])} s |"
+                  + (f" {_fmt(mem['rebuild_s'])} s | {_fmt(mem['rss_rebuilt_mb'])} MB |" if rebuilt else ""), ""]
     return lines
 
 

@@ -9,8 +9,10 @@ table) fills it from a topic of ``--keys`` keys x ``--versions`` versions, on th
 Measured: VmRSS of the process once its group is stable and before any record (the empty
 service), VmHWM (peak) while it fills the table, VmRSS once the group has committed every
 record (the full table, held open), and the size on disk of its state directory then and
-after the process has stopped (RocksDB closed: memtables flushed, write-ahead log gone);
-also the records of the table's changelog. Version v of every key is produced before version
+after the process has stopped (RocksDB closed: memtables flushed, write-ahead log gone).
+The table has no changelog: its topic is its changelog. Then the state directory is deleted
+and a new process rebuilds the table from its topic up to the committed offsets: the seconds
+from its start to its last ``restored customers[p]`` line, and its RSS then. Version v of every key is produced before version
 v + 1 (timestamps 1 s apart), so each key's versions arrive spread over the whole fill, as
 updates do. Results go to ``results/<timestamp>-table-memory.json``.
 """
@@ -43,7 +45,6 @@ from benchmarks.suite import (  # noqa: E402
     _avro_long,
     _backlog_producer,
     create_topics,
-    end_offsets,
     launch_spec,
     log,
     machine,
@@ -90,6 +91,32 @@ def group_stable(admin: AdminClient, group: str) -> bool:
     except KafkaException:
         return False
     return str(desc.state).endswith("STABLE") and bool(desc.members)
+
+
+def rebuild(cmd: list[str], env: dict[str, str], state: Path, log_path: Path, timeout_s: float) -> dict[str, Any]:
+    """A lost disk: the state directory deleted, a new process rebuilds the table from its
+    topic. Seconds from its start to its last ``restored customers[p]`` line, and its RSS."""
+    subprocess.run(["rm", "-rf", str(state)], check=True)
+    logf = open(log_path, "w")
+    t0 = time.monotonic()
+    proc = subprocess.Popen([*cmd[:-1], "INFO"], env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    tree = ProcTree(proc.pid)
+    try:
+        deadline = t0 + timeout_s
+        while log_path.read_text().count("restored customers[") < 4:
+            tree.sample()
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the table was not rebuilt (log {log_path})")
+            time.sleep(0.2)
+        took = time.monotonic() - t0
+        _, rss, hwm = tree.sample()
+    finally:
+        stop(proc)
+        logf.close()
+    log(f"rebuilt from the topic in {took:.1f}s, RSS {rss / 2**20:.0f} MB")
+    return {"rebuild_s": round(took, 1), "rss_rebuilt_mb": round(rss / 2**20, 1),
+            "peak_rss_rebuild_mb": round(hwm / 2**20, 1)}
 
 
 def main() -> None:
@@ -140,12 +167,12 @@ def main() -> None:
         fill_s = time.monotonic() - t0
         _, rss_full, hwm = tree.sample()
         res.update(records=total, fill_s=round(fill_s, 1), rss_full_mb=round(rss_full / 2**20, 1),
-                   peak_rss_mb=round(hwm / 2**20, 1), disk_running_mb=round(du(state) / 2**20, 1),
-                   changelog_records=end_offsets(args.bootstrap, f"{group}-customers-changelog"))
+                   peak_rss_mb=round(hwm / 2**20, 1), disk_running_mb=round(du(state) / 2**20, 1))
     finally:
         stop(proc)
         logf.close()
     res["disk_stopped_mb"] = round(du(state) / 2**20, 1)
+    res.update(rebuild(cmd, spec.env, state, logs / f"{group}-rebuild.log", args.timeout))
     res["per_key_rss_bytes"] = round((res["rss_full_mb"] - res["rss_empty_mb"]) * 2**20 / args.keys)
     res["per_key_disk_bytes"] = round(res["disk_stopped_mb"] * 2**20 / args.keys)
     res["loadavg_after"] = os.getloadavg()

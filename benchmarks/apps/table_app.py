@@ -1,6 +1,6 @@
 """A table and nothing else, for ``benchmarks/table_memory.py``: the customers topic
-(BENCH_TABLE) read as a table with one day of history, in RocksDB, with its changelog, as
-j1's table is. Its updates go nowhere (a filter that passes nothing; a pipeline needs a
+(BENCH_TABLE) read as a table with one day of history, in RocksDB, restored from its own
+topic (no changelog), as j1's table is. Its updates go nowhere (a filter that passes nothing; a pipeline needs a
 sink), so what the process holds is the table.
 
 Run by table_memory.py as ``python -m framework.cli run benchmarks.apps.table_app:pipeline``

@@ -735,11 +735,12 @@ _CLASSIC_ONLY = {
 
 
 def reader_settings(settings: Mapping[str, Any], group: str, *, fetch_wait_ms: int,
-                    offset_reset: str) -> dict[str, Any]:
+                    offset_reset: str, prefetch: int = 1_000_000) -> dict[str, Any]:
     """A reader that is assigned its partitions and reads them to an end (a restore, a standby
     copy, a replay's range): read_committed, never in a group, nothing committed, the end of
     each partition reported. ``offset_reset``: where a start no longer in the log goes
-    (``earliest``, or ``error`` to be told)."""
+    (``earliest``, or ``error`` to be told). ``prefetch``: the records per partition it keeps
+    fetched ahead."""
     return {
         "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
         "enable.partition.eof": True, "auto.offset.reset": offset_reset, "logger": CLIENT_LOG,
@@ -747,9 +748,11 @@ def reader_settings(settings: Mapping[str, Any], group: str, *, fetch_wait_ms: i
         # A partition read as fast as its records are applied: with librdkafka's defaults it
         # stops fetching while 100,000 messages wait and then waits fetch.queue.backoff.ms
         # (1 s) before it fetches again. One partition of 254,304 records: a replay task's
-        # read took 1.6 s instead of 0.6 s, a restore's 1.2 s instead of 0.2 s. The memory
-        # it may hold stays bounded by queued.max.messages.kbytes (64 MB per reader).
-        "queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 10,
+        # read took 1.6 s instead of 0.6 s, a restore's 1.2 s instead of 0.2 s. The bytes it
+        # holds are bounded by queued.max.messages.kbytes (64 MB per reader), but each record
+        # costs a few hundred bytes more than its bytes: a restore's small records keep
+        # ``prefetch`` lower (ChangelogReader).
+        "queued.min.messages": prefetch, "fetch.queue.backoff.ms": 10,
         **settings,
     }
 
@@ -761,7 +764,11 @@ class ChangelogReader:
         """``fetch_wait_ms``: how long the broker holds a fetch that finds nothing new. A
         restore reads to the end once, and the end is seen only on a fetch that finds nothing
         (one that skips a commit marker does not say so): keep it short there."""
-        conf = reader_settings(settings, group, fetch_wait_ms=fetch_wait_ms, offset_reset="earliest")
+        # 50,000 records a partition ahead: a restore applies them at 20,000-100,000 a second, and
+        # a table of 1,000,000 keys x 3 versions rebuilt from its topic peaked at 297 MB RSS with
+        # it, 641 MB with the 1,000,000 of reader_settings (benchmarks/NOTES.md)
+        conf = reader_settings(settings, group, fetch_wait_ms=fetch_wait_ms, offset_reset="earliest",
+                               prefetch=50_000)
         self._c = Consumer(conf)
         self._assigned: set[TP] = set()
         self._conf = conf
