@@ -89,10 +89,10 @@ def plan_restore(settings: Mapping[str, Any], pipeline: Pipeline, path: Path, st
     """The restore of the savepoint at ``path`` onto service ``pipeline``, computed and
     checked (module docstring), nothing changed yet."""
     manifest = Manifest.load(path)
-    _check_service(manifest, pipeline, path)
-    refuse_while_running(settings, pipeline.name, "a restore", "restore the savepoint")
+    _check_service(manifest, pipeline, path)  # what the savepoint and the pipeline tell, before the cluster
     dropped = _check_dropped(manifest, pipeline, path, allow_dropped)
     _check_kinds(manifest, pipeline)
+    refuse_while_running(settings, pipeline.name, "a restore", "restore the savepoint")
     cluster = Cluster(settings)
     try:
         tasks = len(cluster.partitions(pipeline.sources()[0].topic.name))
@@ -185,7 +185,7 @@ def _check_kinds(manifest: Manifest, pipeline: Pipeline) -> None:
             changed.append(f"store {store!r} was written by {describe_signature(info.signature)}, and step {store!r} "
                            f"is now {describe_signature(want)}")
     if changed:
-        raise ConfigError(f"{'; '.join(changed)}: the step cannot read that state. Fix: give the changed step a new "
+        raise RuntimeProblem(f"{'; '.join(changed)}: the step cannot read that state. Fix: give the changed step a new "
                           "name (it starts empty; --allow-dropped-state leaves the old state out), or restore onto "
                           "the release that made the savepoint")
 
