@@ -76,7 +76,7 @@ class Manifest:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
+        return json.dumps(asdict(self), indent=2)  # in the order of the fields, signatures as the steps give them
 
     @classmethod
     def from_json(cls, text: str, where: str = "manifest") -> Manifest:

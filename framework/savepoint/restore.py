@@ -185,9 +185,9 @@ def _check_kinds(manifest: Manifest, pipeline: Pipeline) -> None:
             changed.append(f"store {store!r} was written by {describe_signature(info.signature)}, and step {store!r} "
                            f"is now {describe_signature(want)}")
     if changed:
-        raise RuntimeProblem(f"{'; '.join(changed)}: the step cannot read that state. Fix: give the changed step a new "
-                          "name (it starts empty; --allow-dropped-state leaves the old state out), or restore onto "
-                          "the release that made the savepoint")
+        raise RuntimeProblem(f"{'; '.join(changed)}: the step cannot read that state. Fix: give the changed step a "
+                             "new name (it starts empty; --allow-dropped-state leaves the old state out), or restore "
+                             "onto the release that made the savepoint")
 
 
 def _offsets(cluster: Cluster, manifest: Manifest, pipeline: Pipeline, path: Path) -> dict[TP, int]:

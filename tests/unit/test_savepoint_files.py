@@ -128,3 +128,43 @@ def test_savepoints_are_listed_by_service_oldest_first(tmp_path: Path) -> None:
     assert [s.path.name for s in listed] == ["20261122T120000.000Z", "20261123T120000.000Z"]
     assert all(s.size == len((s.path / MANIFEST).read_bytes()) for s in listed)
     assert list_savepoints(tmp_path / "none") == []
+
+
+# -- a restore refused from the savepoint and the pipeline alone, before the cluster is asked ----
+
+NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}  # never reached: these refusals come first
+
+
+def _saved(tmp_path: Path, signature: dict[str, object]) -> Path:
+    manifest = _manifest(_pipeline())
+    manifest.stores["per-minute"] = StoreInfo({0: 1, 1: 0}, "stores/per-minute", "shop-per-minute-changelog",
+                                              signature)
+    manifest.save(tmp_path)
+    return tmp_path
+
+
+def test_a_restore_onto_a_step_of_another_kind_is_one_line(tmp_path: Path) -> None:
+    from framework.errors import RuntimeProblem
+    from framework.savepoint.restore import plan_restore
+
+    path = _saved(tmp_path, {"kind": "window", "layout": 1, "windows": {
+        "type": "TumblingWindows", "size_ms": 30_000, "offset_ms": 0, "clock": "event"}})
+    with pytest.raises(RuntimeProblem) as refused:
+        plan_restore(NOWHERE, _pipeline(), path, tmp_path / "state")
+    assert str(refused.value) == (
+        "store 'per-minute' was written by a window step (TumblingWindows size_ms=30000 offset_ms=0 clock=event), "
+        "and step 'per-minute' is now a window step (TumblingWindows size_ms=60000 offset_ms=0 clock=event): the "
+        "step cannot read that state. Fix: give the changed step a new name (it starts empty; "
+        "--allow-dropped-state leaves the old state out), or restore onto the release that made the savepoint")
+
+
+def test_a_savepoint_of_another_service_is_one_line(tmp_path: Path) -> None:
+    from framework.savepoint.restore import plan_restore
+
+    path = _saved(tmp_path, {"kind": "window", "layout": 1})
+    other = Pipeline("shop-2")
+    other.source(Topic("orders")).count(name="per-customer")
+    with pytest.raises(ConfigError) as refused:
+        plan_restore(NOWHERE, other, path, tmp_path / "state")
+    assert str(refused.value) == (f"savepoint {path} is of service 'shop', not of 'shop-2'. Fix: restore a "
+                                  "savepoint of 'shop-2' (fw savepoint list shop-2)")
