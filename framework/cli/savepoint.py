@@ -99,14 +99,14 @@ def savepoint_restore(service: str, path: Path, allow_dropped_state: bool, dry_r
         out.emit_json(plan.as_dict())
         return
     would = "would be " if dry_run else ""
-    out.table(f"stores {would}written from {path}", ["store", "entries"],
-              [(s, str(n)) for s, n in sorted(plan.written.items())])
+    written = ", ".join(f"{s} ({n} entries)" for s, n in sorted(plan.written.items())) or "none"
+    out.lines([f"savepoint {path} onto service {plan.service}", f"stores {would}written: {written}"])
     out.table(f"offsets of group {plan.service} {would}committed", ["topic", "partition", "offset"],
               [(t, str(p), str(o)) for (t, p), o in sorted(plan.offsets.items())])
     out.lines([f"topics {would}created anew: {_listed(plan.recreated)}",
                f"records in flight {would}written back: "
-               + (", ".join(f"{t} {n}" for t, n in sorted(plan.in_flight.items())) or "none"),
-               f"stores {would}starting empty (not in the savepoint): {_listed(plan.empty)}",
+               + (", ".join(f"{t} ({n})" for t, n in sorted(plan.in_flight.items())) or "none"),
+               f"stores the savepoint does not have, starting empty: {_listed(plan.empty)}",
                f"local state {would}deleted from {plan.state_dir}: {_listed(plan.local)}",
                *plan.notes, "dry run: nothing was changed" if dry_run else "savepoint restored"])
 
@@ -126,7 +126,7 @@ def _describe(path: Path, m: Manifest) -> None:
                for s, i in sorted(m.stores.items())])
     out.table("committed offsets of the group", ["topic", "partition", "offset"],
               [(t, str(p), str(o)) for t, parts in sorted(m.offsets.items()) for p, o in sorted(parts.items())])
-    out.table("records in flight (repartition topics, from the committed offset to the end)",
+    out.table("records in flight (repartition topics)",
               ["topic", "partition", "from", "to"],
               [(t, str(p), str(r.committed[p]), str(r.end[p])) for t, r in sorted(m.repartition.items())
                for p in sorted(r.end)])
