@@ -92,9 +92,9 @@ class Task:
                 store.put(STEP_META_KEY, want)
             elif found != want:
                 raise StateError(
-                    f"step {step.name!r} of service {self.pipeline.name!r} is now {_describe(want)}, but its "
+                    f"step {step.name!r} of service {self.pipeline.name!r} is now {describe_signature(want)}, but its "
                     f"state (store {step.name!r}, partition {self.partition}, changelog "
-                    f"{self.pipeline.restore_topic(step.name)!r}) was written by {_describe(found)}. Fix: give "
+                    f"{self.pipeline.restore_topic(step.name)!r}) was written by {describe_signature(found)}. Fix: give "
                     "the changed step a new name (it starts with empty state; the old state stays unused), or "
                     "keep the step as it was, or reset the service's state (delete its changelog topics and "
                     "local state directory and reprocess its input)")
@@ -390,7 +390,7 @@ def _json_form(value: Any) -> Any:
     raise TypeError(f"no JSON form for {type(value).__name__}")
 
 
-def _describe(signature: Any) -> str:
+def describe_signature(signature: Any) -> str:
     """A step signature in words: ``a window step (TumblingWindows size_ms=60000 ...)``."""
     if not isinstance(signature, dict):
         return f"something else ({signature!r})"

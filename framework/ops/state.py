@@ -193,13 +193,23 @@ class _NoOutput:
 def _restore(pipeline: Pipeline, store: str, settings: Mapping[str, Any], tasks: int,
              partitions: list[int]) -> dict[int, Readable]:
     """``partitions`` of ``store`` rebuilt in memory from the changelogs, by the runtime's restore."""
+    backend = rebuild_stores(pipeline, settings, tasks, partitions)
+    return {p: backend.open(pipeline.name, store, p) for p in partitions}
+
+
+def rebuild_stores(pipeline: Pipeline, settings: Mapping[str, Any], tasks: int,
+                   partitions: list[int]) -> MemoryBackend:
+    """Every store of ``partitions`` rebuilt in memory, as a member starting without local
+    state restores them (the runtime's ``Restorer`` over a ``TaskRunner``): each changelog read
+    to its end (read_committed), a table read from its own topic up to the group's committed
+    offset there. Of a stopped service, that is its state as of its last checkpoint."""
     backend = MemoryBackend()
     runner = TaskRunner(pipeline, backend, _NoOutput(), partitions=tasks)
     admin = admin_client(settings)
     reader = ChangelogReader(settings, f"fw-state-{uuid.uuid4().hex[:8]}")  # assigns, never joins the group
     committed: dict[tuple[str, int], int] = {}
-    if pipeline.table_source(store) is not None:  # a table's own topic, up to what the service processed
-        cluster = Cluster(settings)
+    if any(pipeline.table_source(s) is not None for s in pipeline.store_names()):
+        cluster = Cluster(settings)  # a table's own topic: read up to what the service processed
         try:
             committed = cluster.committed(pipeline.name)
         finally:
@@ -210,13 +220,12 @@ def _restore(pipeline: Pipeline, store: str, settings: Mapping[str, Any], tasks:
         deadline = time.monotonic() + _RESTORE_TIMEOUT_S
         while restorer.busy:
             if time.monotonic() > deadline:
-                raise StateError(f"rebuilding store {store!r} from {pipeline.restore_topic(store)} did not reach "
-                                 f"its end in {_RESTORE_TIMEOUT_S:.0f}s ({restorer.restored_records} records)")
+                raise StateError(f"rebuilding the stores of {pipeline.name!r} from their changelogs did not reach "
+                                 f"their ends in {_RESTORE_TIMEOUT_S:.0f}s ({restorer.restored_records} records)")
             restorer.step()
     finally:
         restorer.close()
-    return {p: backend.open(pipeline.name, store, p) for p in partitions}
-
+    return backend
 
 
 _ASK_TIMEOUT_S = 15.0  # a member forwards and fans out: it may wait on the others first

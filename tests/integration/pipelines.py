@@ -582,3 +582,42 @@ def prefix_long() -> Pipeline:
     store ``enrich-counts`` of ``sh-<suffix>``. Its dead letters go elsewhere, so only its
     consumer group tells that it exists."""
     return _counting(f"sh-{_suffix()}-enrich", dead_letter=f"shx-dead-{_suffix()}")
+
+
+# -- savepoints: a rolling aggregate and event-time windows after a repartition ---------------
+
+
+def _add_reading(acc: list[int], r: dict[str, Any]) -> list[int]:
+    return [acc[0] + 1, acc[1] + r["v"]]
+
+
+def _savepointed(release: str) -> Pipeline:
+    """Readings {"g", "ts", "v"} keyed by user (``sp-in-<suffix>``, 2 partitions, event time
+    from ``ts``, bound 0): a rolling [count, sum] per user (``totals``) -> ``sp-totals-<suffix>``;
+    key_by group (``by-group``) -> one-second tumbling windows counted (``per-second``) ->
+    ``sp-windows-<suffix>``. ``release``: ``v1``; ``added``, which also counts per user in a new
+    step (``counts`` -> ``sp-counts-<suffix>``); ``dropped``, without ``totals``."""
+    s = _suffix()
+    p = Pipeline(f"sp-{s}", partitions=2)
+    wm = WatermarkStrategy.bounded_out_of_orderness(0, timestamp="ts")
+    src = p.source(Topic(f"sp-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2),
+                   watermarks=wm, name="in")
+    if release != "dropped":
+        src.aggregate(lambda: [0, 0], _add_reading, name="totals").to(Topic(f"sp-totals-{s}"), name="to-totals")
+    src.key_by(lambda r: r["g"], name="by-group").window(TumblingWindows(1_000)).count(name="per-second") \
+        .to(Topic(f"sp-windows-{s}", key_serde=JsonSerde()), name="to-windows")
+    if release == "added":
+        src.count(name="counts").to(Topic(f"sp-counts-{s}"), name="to-counts")
+    return p
+
+
+def savepointed_v1() -> Pipeline:
+    return _savepointed("v1")
+
+
+def savepointed_added() -> Pipeline:
+    return _savepointed("added")
+
+
+def savepointed_dropped() -> Pipeline:
+    return _savepointed("dropped")

@@ -1,0 +1,141 @@
+"""``fw savepoint create | list | describe | restore``: a stopped service's state and positions
+kept as files, and put back (docs/savepoints.md). The logic is in ``framework.savepoint``; this
+module parses options and prints (``framework.cli.output``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from framework.cli import output as out
+from framework.cli.ops import _common, _listed, _settings
+from framework.errors import ConfigError
+from framework.ops.targets import client_settings, is_target, load_config, load_service
+from framework.pipeline.definition import Pipeline
+from framework.savepoint.manifest import Manifest, list_savepoints, savepoint_root
+
+
+@click.group()
+def savepoint() -> None:
+    """Snapshot a stopped service's state and positions, list, describe and restore them."""
+
+
+def _service(service: str, command: str) -> Pipeline:
+    if not is_target(service):
+        raise ConfigError(f"fw savepoint {command} needs the service as module:pipeline, not {service!r}: its "
+                          "definition names its stores, topics and serdes")
+    return load_service(service)
+
+
+@savepoint.command("create")
+@click.argument("service")
+@click.option("--path", "path", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The savepoint's directory (default: FW_SAVEPOINT_DIR, else ./savepoints, /<service>/<time>).")
+@_common
+def savepoint_create(service: str, path: Path | None, as_json: bool, config_file: str | None) -> None:
+    """Write a savepoint of SERVICE (module:pipeline), which must be stopped: every store of
+    every task, the group's offsets and the repartition topics' records in flight."""
+    from framework.savepoint.create import create_savepoint
+
+    where, manifest = create_savepoint(_settings(config_file), _service(service, "create"), path)
+    if as_json:
+        out.emit_json({"path": str(where), **_summary(manifest)})
+        return
+    _describe(where, manifest)
+    out.lines([f"savepoint written to {where}"])
+
+
+@savepoint.command("list")
+@click.argument("service", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table.")
+def savepoint_list(service: str | None, as_json: bool) -> None:
+    """The savepoints under FW_SAVEPOINT_DIR (default ./savepoints), of SERVICE (its name, or
+    module:pipeline) when given."""
+    name = _service(service, "list").name if service and is_target(service) else service
+    found = list_savepoints(savepoint_root(), name)
+    if as_json:
+        out.emit_json([{"path": str(s.path), "size": s.size, **_summary(s.manifest)} for s in found])
+        return
+    out.table(None, ["savepoint", "service", "created", "stores", "entries", "size"],
+              [(str(s.path), s.manifest.service, s.manifest.created, str(len(s.manifest.stores)),
+                str(sum(i.total for i in s.manifest.stores.values())), _size(s.size)) for s in found])
+    out.lines([f"{len(found)} savepoint{'' if len(found) == 1 else 's'} under {savepoint_root()}"])
+
+
+@savepoint.command("describe")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def savepoint_describe(path: Path, as_json: bool) -> None:
+    """The manifest of the savepoint at PATH: service, pipeline, stores, offsets, records in flight."""
+    manifest = Manifest.load(path)
+    if as_json:
+        out.emit_json({"path": str(path), **_summary(manifest), "manifest": manifest})
+        return
+    _describe(path, manifest)
+
+
+@savepoint.command("restore")
+@click.argument("service")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--allow-dropped-state", is_flag=True,
+              help="Restore even though the savepoint holds stores the pipeline no longer has (left out).")
+@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+@_common
+def savepoint_restore(service: str, path: Path, allow_dropped_state: bool, dry_run: bool, as_json: bool,
+                      config_file: str | None) -> None:
+    """Put the savepoint at PATH back onto SERVICE (module:pipeline), which must be stopped:
+    its changelogs, repartition topics and group offsets become the savepoint's; its local
+    state here is deleted."""
+    from framework.savepoint.restore import apply_restore, plan_restore
+
+    config = load_config(config_file)
+    settings = client_settings(config)
+    plan = plan_restore(settings, _service(service, "restore"), path, config.state.dir,
+                        allow_dropped=allow_dropped_state)
+    if not dry_run:
+        apply_restore(settings, plan)
+    if as_json:
+        out.emit_json(plan.as_dict())
+        return
+    would = "would be " if dry_run else ""
+    written = ", ".join(f"{s} ({n} entries)" for s, n in sorted(plan.written.items())) or "none"
+    out.lines([f"savepoint {path} onto service {plan.service}", f"stores {would}written: {written}"])
+    out.table(f"offsets of group {plan.service} {would}committed", ["topic", "partition", "offset"],
+              [(t, str(p), str(o)) for (t, p), o in sorted(plan.offsets.items())])
+    out.lines([f"topics {would}created anew: {_listed(plan.recreated)}",
+               f"records in flight {would}written back: "
+               + (", ".join(f"{t} ({n})" for t, n in sorted(plan.in_flight.items())) or "none"),
+               f"stores the savepoint does not have, starting empty: {_listed(plan.empty)}",
+               f"local state {would}deleted from {plan.state_dir}: {_listed(plan.local)}",
+               *plan.notes, "dry run: nothing was changed" if dry_run else "savepoint restored"])
+
+
+def _summary(manifest: Manifest) -> dict[str, object]:
+    return {"service": manifest.service, "created": manifest.created, "partitions": manifest.partitions,
+            "stores": {s: {"entries": i.total, "partitions": i.entries} for s, i in manifest.stores.items()},
+            "pipeline_hash": manifest.pipeline.get("hash")}
+
+
+def _describe(path: Path, m: Manifest) -> None:
+    out.lines([f"savepoint {path}", (f"service {m.service} ({m.target or '-'})  created {m.created}  "
+                                     f"partitions {m.partitions}  format {m.format}  state format {m.state_format}"),
+               f"pipeline {m.pipeline.get('hash')}: {len(m.pipeline.get('steps', []))} steps"])
+    out.table("stores", ["store", "changelog", "entries", *(f"[{p}]" for p in range(m.partitions))],
+              [(s, i.changelog or "(its own topic)", str(i.total), *(str(i.entries.get(p, 0)) for p in range(m.partitions)))
+               for s, i in sorted(m.stores.items())])
+    out.table("committed offsets of the group", ["topic", "partition", "offset"],
+              [(t, str(p), str(o)) for t, parts in sorted(m.offsets.items()) for p, o in sorted(parts.items())])
+    out.table("records in flight (repartition topics)",
+              ["topic", "partition", "from", "to"],
+              [(t, str(p), str(r.committed[p]), str(r.end[p])) for t, r in sorted(m.repartition.items())
+               for p in sorted(r.end)])
+    out.lines([f"{r.records} records in flight in {t}" for t, r in sorted(m.repartition.items())])
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)

@@ -1,0 +1,21 @@
+"""Savepoints: a stopped service's complete state and positions, kept as files, and put back.
+
+A savepoint is a directory (docs/savepoints.md):
+
+- ``manifest.json`` (``manifest``): the service, when, the partition count, the pipeline's
+  description and its hash, each store's entry counts, the group's committed offsets, and
+  each repartition topic's committed and end offsets;
+- ``stores/<store>/part-00000.parquet`` (``files``): every entry of every task's store
+  partition, the bytes of docs/state-format.md and, where the pipeline's ``StoreLayout``
+  decodes them, the entry in people's terms as JSON text;
+- ``in-flight/<repartition topic>/part-00000.parquet``: the records a repartition topic held
+  between the group's committed offset and its end (written, not yet processed).
+
+``create`` makes one of a stopped service: the stores rebuilt in memory by the runtime's own
+restore (``framework.ops.state.rebuild_stores``), which of a stopped service is its state as of
+its last checkpoint, and so matches its committed offsets. ``restore`` puts one back onto a
+stopped service as the replay's bootstrap hands over (``framework.replay.handover``): its
+changelogs and repartition topics are created anew, the entries and in-flight records written
+into them, and the group's offsets committed as the savepoint has them. Both are refused while
+the group has members; a running service's savepoint is not offered yet.
+"""

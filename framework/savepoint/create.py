@@ -1,0 +1,132 @@
+"""``fw savepoint create``: a complete, consistent snapshot of a stopped service.
+
+1. Refused while the group has members: their stores change while they are read (a running
+   service's savepoint is not offered yet).
+2. The group's committed offsets are read, and each repartition topic's end.
+3. Every store partition of every task is rebuilt in memory by the runtime's own restore
+   (``rebuild_stores``): each changelog read to its end, read_committed. A stopped service's
+   changelogs read to their ends are its state as of its last checkpoint, the one that
+   committed those offsets (exactly-once: both in one transaction). A table read from its own
+   topic is rebuilt from that topic up to the committed offset, as a member would.
+4. The records of each repartition topic between the committed offset and the end are read:
+   written by an upstream task whose sources' offsets are committed, not yet processed by the
+   downstream task. They are part of the state: a restore writes them back as unprocessed.
+5. The stores, the records in flight and the manifest are written; then the group is asked
+   again, and a member that joined meanwhile makes the savepoint void (it is deleted).
+
+At-least-once services checkpoint the same way (state, then offsets); a member killed between
+the two leaves state ahead of its offsets, which the savepoint keeps as it is, as a restart
+would.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from framework.engine.entries import StoreLayout
+from framework.errors import ConfigError
+from framework.kafka.clients import read_range
+from framework.kafka.inspect import Cluster
+from framework.ops.cleanup import refuse_while_running
+from framework.ops.state import rebuild_stores
+from framework.pipeline.definition import Pipeline
+from framework.savepoint.files import InFlight, in_flight_rows, store_rows, write_dataset
+from framework.savepoint.manifest import (
+    IN_FLIGHT,
+    STORES,
+    Manifest,
+    RepartitionInfo,
+    StoreInfo,
+    default_path,
+    describe_pipeline,
+)
+from framework.state.base import STEP_META_KEY
+from framework.state.memory import MemoryBackend
+
+TP = tuple[str, int]
+_NOT_OFFERED = ("create the savepoint (a savepoint of a running service is not offered yet: its stores change "
+                "while they are read)")
+NOT_RUNNING = ("a savepoint", _NOT_OFFERED)
+
+
+def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path | None = None) -> tuple[Path, Manifest]:
+    """Write a savepoint of the stopped service ``pipeline`` to ``path`` (default:
+    ``default_path``); return where, and its manifest."""
+    refuse_while_running(settings, pipeline.name, *NOT_RUNNING)
+    created = datetime.now(UTC)
+    target = path or default_path(pipeline.name, created)
+    if target.exists() and any(target.iterdir()):
+        raise ConfigError(f"{target} exists and is not empty: a savepoint goes to a directory of its own. Fix: name "
+                          "another --path, or leave it out (a new directory under FW_SAVEPOINT_DIR)")
+    tasks, committed, flight = _positions(settings, pipeline)
+    backend = rebuild_stores(pipeline, settings, tasks, list(range(tasks)))
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        stores = {store: _write_store(target, pipeline, backend, store, tasks) for store in pipeline.store_names()}
+        repartition = {topic: _write_in_flight(target, settings, pipeline.name, topic, ranges)
+                       for topic, ranges in flight.items()}
+        offsets: dict[str, dict[int, int]] = {}
+        for (topic, p), offset in sorted(committed.items()):
+            offsets.setdefault(topic, {})[p] = offset
+        manifest = Manifest(pipeline.name, pipeline.target or "", created.isoformat(timespec="milliseconds"),
+                            tasks, describe_pipeline(pipeline), stores, offsets, repartition)
+        manifest.save(target)
+        refuse_while_running(settings, pipeline.name, *NOT_RUNNING)  # one joined meanwhile: nothing to trust
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    return target, manifest
+
+
+def _positions(settings: Mapping[str, Any],
+               pipeline: Pipeline) -> tuple[int, dict[TP, int], dict[str, dict[int, tuple[int, int]]]]:
+    """The service's partition count, its group's committed offsets, and the range of each
+    repartition topic's partitions in flight: from the committed offset (where none is, the
+    log's start: a member starts there) to the end."""
+    cluster = Cluster(settings)
+    try:
+        tasks = len(cluster.partitions(pipeline.sources()[0].topic.name))
+        committed = cluster.committed(pipeline.name)
+        bounds = {t: cluster.offsets(t) for t in pipeline.repartition_topics()}
+    finally:
+        cluster.close()
+    flight = {t: {p: (committed.get((t, p), start), end) for p, (start, end) in parts.items()}
+              for t, parts in bounds.items()}
+    return tasks, committed, flight
+
+
+def _write_store(target: Path, pipeline: Pipeline, backend: MemoryBackend, store: str, tasks: int) -> StoreInfo:
+    """Every entry of every partition of ``store`` (meta entries, timers and the clock
+    included) as one Parquet dataset."""
+    pairs = [(p, k, v) for p in range(tasks) for k, v in backend.open(pipeline.name, store, p).iter_range(b"", None)]
+    layout = StoreLayout(pipeline, store)
+    relative = f"{STORES}/{store}"
+    write_dataset(store_rows(layout, pairs), target / relative)
+    counts = {p: 0 for p in range(tasks)}
+    signature = None
+    for p, key, value in pairs:
+        counts[p] += 1
+        if key == STEP_META_KEY and signature is None:
+            signature = layout.codec.decode(value)
+    changelog = pipeline.changelog_topic(store) if pipeline.table_source(store) is None else None
+    return StoreInfo(counts, relative, changelog, signature)
+
+
+def _write_in_flight(target: Path, settings: Mapping[str, Any], service: str, topic: str,
+                     ranges: Mapping[int, tuple[int, int]]) -> RepartitionInfo:
+    """The committed records of ``topic`` in ``ranges`` (partition -> from, to), as one dataset."""
+    reader = f"{service}-savepoint-{uuid.uuid4().hex[:8]}"  # assigns, never joins
+    records: list[InFlight] = []
+    for p, (start, end) in sorted(ranges.items()):
+        for batch in read_range(settings, reader, topic, p, start, end):
+            records += [(p, cast(int, m.offset()), m.timestamp()[1], m.key(), m.value(),
+                         cast(list[tuple[str, bytes | None]], list(m.headers() or []))) for m in batch]
+    relative = f"{IN_FLIGHT}/{topic}"
+    write_dataset(in_flight_rows(records), target / relative)
+    return RepartitionInfo({p: r[0] for p, r in ranges.items()}, {p: r[1] for p, r in ranges.items()},
+                           len(records), relative)

@@ -1,0 +1,236 @@
+"""Savepoints on the real broker, through the real CLI and ``fw run`` processes.
+
+A service with a rolling aggregate and event-time windows after a repartition is savepointed
+mid-stream (a window half full, records in flight in its repartition topic), runs on, and is
+rolled back: after the restore its outputs, read_committed, are those of a service that never
+went past the savepoint. A changed pipeline is restored with a new step (it starts empty) and
+without a step (refused, then allowed with the flag); a savepoint and a restore are refused
+while a member runs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from framework.engine.partitioner import partition_for
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+from framework.serde.keys import KeySerde
+from framework.serde.values import ValueCodec
+from tests.integration.harness import (
+    Record,
+    ServiceProcess,
+    produce_to_partitions,
+    read_topic,
+    service_env,
+    wait_until,
+)
+from tests.integration.test_ops_cli import fw_json, fw_process
+
+V1 = "tests.integration.pipelines:savepointed_v1"
+ADDED = "tests.integration.pipelines:savepointed_added"
+DROPPED = "tests.integration.pipelines:savepointed_dropped"
+BASE = (time.time_ns() // 1_000_000_000) * 1000 - 600_000  # on a second: windows start on it
+END = 20_000  # the last two readings' time past BASE: every window before it fires
+
+Reading = tuple[int, str, dict[str, Any]]  # partition, user, value
+
+
+def _readings(indices: range | list[int]) -> list[Reading]:
+    """Reading ``i``: user ``u<i % 4>`` on partition ``i % 2``, group ``g<i % 3>``, at BASE + 100 i."""
+    return [(i % 2, f"u{i % 4}", {"g": f"g{i % 3}", "ts": BASE + 100 * i, "v": i}) for i in indices]
+
+
+A, B = _readings(range(44)), _readings(range(50, 90))  # A ends mid-window (4300-4400 ms)
+C = _readings([*range(100, 140), END // 100, END // 100 + 1])  # the last two move both partitions to END
+X = [{"g": f"g{i % 3}", "ts": BASE + 4_450 + 100 * i, "v": 1000 + i} for i in range(5)]  # in flight: after A, before B
+
+
+def _produce(bootstrap: str, topic: str, readings: list[Reading]) -> None:
+    produce_to_partitions(bootstrap, topic, [(p, user.encode(), json.dumps(v).encode(), None, v["ts"])
+                                             for p, user, v in readings])
+
+
+def _in_flight(bootstrap: str, service: str) -> None:
+    """X written to the repartition topic as the key_by writes it, with no downstream run since:
+    records in flight, as a stopped service leaves those its upstream tasks wrote last."""
+    keys, codec = KeySerde(), ValueCodec()
+    produce_to_partitions(bootstrap, f"{service}-by-group-repartition", [
+        (partition_for(keys.serialize(x["g"]), 2), keys.serialize(x["g"]), codec.encode(x), None, x["ts"])
+        for x in X])
+
+
+def _expected_windows(readings: list[dict[str, Any]]) -> int:
+    """Windows that fire once both partitions reach END: each (group, second) before it."""
+    return len({(r["g"], (r["ts"] - BASE) // 1000) for r in readings if (r["ts"] - BASE) // 1000 * 1000 + 1000 <= END})
+
+
+ALL = [v for _, _, v in A + B + C] + X
+WINDOWS = _expected_windows(ALL)
+
+
+def _per_key(records: list[Record]) -> dict[bytes | None, list[Any]]:
+    out: dict[bytes | None, list[Any]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        out[r.key].append(json.loads(r.value or b"null"))
+    return dict(out)
+
+
+def _after(records: list[Record], marks: dict[int, int]) -> list[Record]:
+    return [r for r in records if r.offset > marks.get(r.partition, -1)]
+
+
+def _marks(records: list[Record]) -> dict[int, int]:
+    marks: dict[int, int] = {}
+    for r in records:
+        marks[r.partition] = max(marks.get(r.partition, -1), r.offset)
+    return marks
+
+
+class Outputs:
+    def __init__(self, bootstrap: str, suffix: str) -> None:
+        self.bootstrap, self.suffix = bootstrap, suffix
+
+    def totals(self) -> list[Record]:
+        return read_topic(self.bootstrap, f"sp-totals-{self.suffix}")
+
+    def windows(self) -> list[Record]:
+        return read_topic(self.bootstrap, f"sp-windows-{self.suffix}")
+
+
+def _run(svc: ServiceProcess, done: Any, what: str) -> None:
+    svc.start()
+    wait_until(done, 180, what, svc.log_text)
+    assert svc.stop() == 0
+
+
+def _setup(bootstrap: str, suffix: str, tmp_path: Path, instance: str) -> tuple[dict[str, str], ServiceProcess]:
+    env = service_env(bootstrap, suffix)
+    ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec(f"sp-in-{suffix}", 2)])
+    return env, ServiceProcess(V1, tmp_path, instance, env)
+
+
+def test_a_restored_savepoint_continues_as_if_nothing_had_happened_after_it(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    env, svc = _setup(kafka_bootstrap, unique, tmp_path, "s")
+    services.append(svc)
+    service, out = f"sp-{unique}", Outputs(kafka_bootstrap, unique)
+    _produce(kafka_bootstrap, f"sp-in-{unique}", A)
+    _run(svc, lambda: len(out.totals()) == len(A), "the totals of A")
+    _in_flight(kafka_bootstrap, service)
+
+    made = fw_json({**env, "FW_STATE_DIR": str(svc.state_dir)}, "savepoint", "create", V1,
+                   "--path", str(tmp_path / "sp"))
+    assert made["path"] == str(tmp_path / "sp") and made["partitions"] == 2
+    assert sorted(made["stores"]) == ["_time", "per-second", "totals"]
+    assert made["stores"]["totals"] == {"entries": 6, "partitions": {"0": 3, "1": 3}}  # a signature, 2 users each
+    described = fw_json(env, "savepoint", "describe", str(tmp_path / "sp"))["manifest"]
+    assert described["offsets"][f"sp-in-{unique}"] == {"0": 22, "1": 22}
+    flight = described["repartition"][f"{service}-by-group-repartition"]
+    kept = pq.read_table(tmp_path / "sp" / flight["path"]).to_pylist()
+    codec = ValueCodec()
+    assert [x for x in X if x not in [codec.decode(r["value"]) for r in kept if r["value"]]] == []
+    before = {"totals": out.totals(), "windows": out.windows()}
+
+    _produce(kafka_bootstrap, f"sp-in-{unique}", B)  # the release after the savepoint: undone below
+    _run(svc, lambda: len(out.totals()) == len(A) + len(B), "the totals of B")
+    marks = {"totals": _marks(out.totals()), "windows": _marks(out.windows())}
+
+    # restored from another state directory, as from another host: the member's own copies stay,
+    # and must be found stale (the changelogs were created anew) and rebuilt
+    restored = fw_json({**env, "FW_STATE_DIR": str(tmp_path / "elsewhere")}, "savepoint", "restore", V1,
+                       str(tmp_path / "sp"))
+    assert restored["applied"] and restored["stores_written"] == {s: made["stores"][s]["entries"]
+                                                                  for s in ("_time", "per-second", "totals")}
+    assert restored["in_flight_written"] == {f"{service}-by-group-repartition": flight["records"]}
+    offsets = {(o["topic"], o["partition"]): o["offset"] for o in restored["offsets"]}
+    assert offsets == {(f"sp-in-{unique}", 0): 22, (f"sp-in-{unique}", 1): 22,
+                       (f"{service}-by-group-repartition", 0): 0, (f"{service}-by-group-repartition", 1): 0}
+
+    _produce(kafka_bootstrap, f"sp-in-{unique}", C)
+    _run(svc, lambda: (len(_after(out.totals(), marks["totals"])) == len(B) + len(C)
+                       and len(before["windows"]) + len(_after(out.windows(), marks["windows"])) == WINDOWS),
+         "the outputs after the restore")
+    assert "deleting it and rebuilding it from" in svc.log_text().rsplit("---- start", 1)[-1]
+
+    # the reference: a service that never went past the savepoint
+    _, ref = _setup(kafka_bootstrap, f"{unique}r", tmp_path, "r")
+    services.append(ref)
+    ref_out = Outputs(kafka_bootstrap, f"{unique}r")
+    _produce(kafka_bootstrap, f"sp-in-{unique}r", A)
+    _run(ref, lambda: len(ref_out.totals()) == len(A), "the reference's totals of A")
+    _in_flight(kafka_bootstrap, f"sp-{unique}r")
+    _produce(kafka_bootstrap, f"sp-in-{unique}r", B + C)
+    _run(ref, lambda: len(ref_out.totals()) == len(A + B + C) and len(ref_out.windows()) == WINDOWS,
+         "the reference's outputs")
+
+    for topic, read in (("totals", out.totals), ("windows", out.windows)):
+        rolled_back = _per_key(before[topic] + _after(read(), marks[topic]))
+        assert rolled_back == _per_key(getattr(ref_out, topic)()), topic
+    totals = _per_key(ref_out.totals())
+    assert [t[0] for t in totals[b"u0"]] == list(range(1, len(totals[b"u0"]) + 1))  # counted once each
+
+
+def test_a_changed_pipeline_restores_a_new_step_empty_and_a_dropped_one_only_when_allowed(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    env, svc = _setup(kafka_bootstrap, unique, tmp_path, "s")
+    env = {**env, "FW_STATE_DIR": str(svc.state_dir), "FW_SAVEPOINT_DIR": str(tmp_path / "savepoints")}
+    services.append(svc)
+    service, out = f"sp-{unique}", Outputs(kafka_bootstrap, unique)
+    _produce(kafka_bootstrap, f"sp-in-{unique}", A)
+    svc.start()
+    wait_until(lambda: len(out.totals()) == len(A), 180, "the totals of A", svc.log_text)
+    [member] = fw_json(env, "group", "describe", V1)["members"]
+    running = f"{member['host']}/{member['client_id']}"
+    refused = fw_process(env, "savepoint", "create", V1)
+    assert (refused.returncode, refused.stderr) == (1, (
+        f"error: consumer group '{service}' has 1 active member(s) ({running}): a savepoint would race them. Fix: "
+        "stop every instance of the service, then create the savepoint (a savepoint of a running service is not "
+        "offered yet: its stores change while they are read)\n"))
+    assert not (tmp_path / "savepoints").exists()
+    assert svc.stop() == 0
+
+    made = fw_json(env, "savepoint", "create", V1)
+    path = Path(made["path"])
+    assert path.parent == tmp_path / "savepoints" / service
+    [listed] = fw_json(env, "savepoint", "list", service)
+    assert (listed["path"], listed["service"], listed["stores"]["totals"]["entries"]) == (str(path), service, 6)
+
+    svc.start()
+    wait_until(lambda: bool(fw_json(env, "group", "describe", V1)["members"]), 180, "the member to join",
+               svc.log_text)
+    [member] = fw_json(env, "group", "describe", V1)["members"]
+    racing = fw_process(env, "savepoint", "restore", V1, str(path))
+    assert (racing.returncode, racing.stderr) == (1, (
+        f"error: consumer group '{service}' has 1 active member(s) ({member['host']}/{member['client_id']}): a "
+        "restore would race them. Fix: stop every instance of the service, then restore the savepoint\n"))
+    assert svc.stop() == 0
+
+    dropped = fw_process(env, "savepoint", "restore", DROPPED, str(path))
+    assert (dropped.returncode, dropped.stderr) == (2, (
+        f"error: savepoint {path} holds state the pipeline of '{service}' no longer has: store totals. Restoring "
+        "leaves it out. Fix: give the steps their names back, or pass --allow-dropped-state to restore without "
+        "it\n"))
+    allowed = fw_json(env, "savepoint", "restore", DROPPED, str(path), "--allow-dropped-state", "--dry-run")
+    assert (allowed["applied"], allowed["stores_dropped"], sorted(allowed["stores_written"])) == (
+        False, ["totals"], ["_time", "per-second"])
+
+    added = fw_json(env, "savepoint", "restore", ADDED, str(path))
+    assert added["applied"] and added["stores_empty"] == ["counts"] and sorted(added["stores_written"]) == [
+        "_time", "per-second", "totals"]
+    assert added["local_deleted"] == [str(svc.state_dir.resolve() / service / s)
+                                      for s in ("_time", "per-second", "totals")]
+    assert not (svc.state_dir / service).exists()
+    marks = _marks(out.totals())
+    nxt = ServiceProcess(ADDED, tmp_path, "s", env)
+    services.append(nxt)
+    _produce(kafka_bootstrap, f"sp-in-{unique}", B)
+    _run(nxt, lambda: len(read_topic(kafka_bootstrap, f"sp-counts-{unique}")) == len(B), "the new step's counts")
+    counts = _per_key(read_topic(kafka_bootstrap, f"sp-counts-{unique}"))
+    assert {k: v[0] for k, v in counts.items()} == {b"u0": 1, b"u1": 1, b"u2": 1, b"u3": 1}  # started empty
+    totals = _per_key(_after(out.totals(), marks))
+    assert {k: v[0][0] for k, v in totals.items()} == {b"u0": 12, b"u1": 12, b"u2": 12, b"u3": 12}  # 11 in A
