@@ -1,7 +1,9 @@
-"""A stream-table join on the real broker: orders joined with their customers' tiers as of
-each order's event time, by a member SIGKILLed at random moments and once restarted without
-its local state. Read read_committed, every order is joined exactly once, with the tier the
-brute-force join gives, whatever the interleaving of the two topics' records live."""
+"""Tables on the real broker. A stream-table join: orders joined with their customers' tiers
+as of each order's event time, by a member SIGKILLed at random moments and once restarted
+without its local state (the table rebuilt from its own topic); by two members with standbys;
+through a savepoint and a rollback. Read read_committed, every order is joined exactly once,
+with the tier the brute-force join gives, whatever the interleaving of the two topics'
+records live. A global-table join with two members, and a two-table join, killed likewise."""
 
 from __future__ import annotations
 
@@ -12,21 +14,26 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from framework.cli import cli
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
-from tests.integration import tables
+from tests.integration import pipelines, tables
 from tests.integration.harness import (
     ServiceProcess,
     Tail,
     committed_offsets,
+    end_offsets,
     get_json,
     kill_at_random_after,
     produce_to_partitions,
+    read_topic,
     service_env,
     wait_until,
 )
+from tests.integration.replay_harness import caught_up
+from tests.integration.test_ops_cli import fw_json
 
 TARGET = "tests.integration.pipelines:enriched_orders"
 
@@ -234,3 +241,49 @@ def test_a_standby_copies_a_table_from_its_topic_as_far_as_committed_and_takes_o
     assert sorted((k, v["id"], v["tier"]) for k, v in got) == sorted(want.elements())
     out.close()
     assert survivor.stop() == 0
+
+
+def test_a_savepoint_keeps_a_table_read_from_its_topic_and_a_rollback_rebuilds_it_from_there(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A savepoint holds the table's versions (rebuilt from its topic) and no changelog for it;
+    restored after the service went past it, the table is rebuilt from its topic up to the
+    savepoint's offsets: the outputs before the savepoint and after the restore are every
+    order joined once, as of its time."""
+    monkeypatch.setenv("FW_TEST_SUFFIX", unique)
+    evs = tables.events(orders=1_500, customers=30, seed=24)
+    want = tables.expected(evs)
+    topics = tables.history(unique, evs)
+    ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}),
+                  [TopicSpec(t, tables.PARTITIONS) for t in topics])
+    env = service_env(kafka_bootstrap, unique)
+    svc = ServiceProcess(TARGET, tmp_path, "0", env)
+    services.append(svc)
+    out = f"eno-out-{unique}"
+
+    def run(part: int) -> None:
+        for topic, records in topics.items():
+            n = len(records)
+            produce_to_partitions(kafka_bootstrap, topic, records[n * part // 3:n * (part + 1) // 3])
+        svc.start()
+        wait_until(caught_up(kafka_bootstrap, pipelines.enriched_orders()), 120, f"third {part} processed",
+                   lambda: svc.log_text()[-3000:])
+        assert svc.stop() == 0
+
+    run(0)
+    kept = end_offsets(kafka_bootstrap, out)
+    made = fw_json({**env, "FW_STATE_DIR": str(svc.state_dir)}, "savepoint", "create", TARGET,
+                   "--path", str(tmp_path / "sp"))
+    described = fw_json(env, "savepoint", "describe", str(tmp_path / "sp"))["manifest"]
+    assert made["stores"]["customers"]["entries"] > 1 and described["stores"]["customers"]["changelog"] is None
+    run(1)  # a release after the savepoint, rolled back below
+    restored = fw_json({**env, "FW_STATE_DIR": str(svc.state_dir)}, "savepoint", "restore", TARGET,
+                       str(tmp_path / "sp"))
+    assert "customers" not in restored["stores_written"]
+    back = end_offsets(kafka_bootstrap, out)
+    run(2)
+    got = [r for r in read_topic(kafka_bootstrap, out)
+           if r.offset < kept.get(r.partition, 0) or r.offset >= back.get(r.partition, 0)]
+    assert sorted((r.key.decode(), *(json.loads(r.value)[f] for f in ("id", "tier"))) for r in got) == \
+        sorted(want.elements())
+
