@@ -69,8 +69,8 @@ class RowEncoder:
                               f"from that topic, so entries written for it would never be read. Fix: produce the "
                               f"records to {topic!r} instead (framework.produce)")
         else:
-            kind = self.step.kind if self.step is not None else "the task clock"
-            raise ConfigError(f"store {store!r} is kept by a {kind} step: writing it from rows is offered for "
+            what = f"kept by a {self.step.kind} step" if self.step is not None else "the tasks' clocks"
+            raise ConfigError(f"store {store!r} is {what}: writing it from rows is offered for "
                               f"{SUPPORTED}. Fix: take it from base= unchanged, or leave it out (it starts empty)")
         self._prefix = state_prefix(self.state)
         self._seen: dict[bytes, str] = {}

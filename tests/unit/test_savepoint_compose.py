@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from framework import Pipeline, Topic, TumblingWindows
+from framework import Pipeline, Topic, TumblingWindows, WatermarkStrategy
 from framework.engine.entries import StoreLayout
 from framework.engine.partitioner import partition_for
 from framework.errors import ConfigError
@@ -199,3 +199,15 @@ def test_given_offsets_replace_the_bases(tmp_path: Path) -> None:
     assert manifest.offsets == {"orders": {0: 20, 1: 9}}
     assert json.loads((tmp_path / "new" / "manifest.json").read_text())["offsets"] == {"orders": {"0": 20, "1": 9}}
 
+
+
+def test_the_task_clocks_are_not_written_from_rows(tmp_path: Path) -> None:
+    p = Pipeline("clocked", partitions=2)
+    p.source(Topic("in", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2),
+             watermarks=WatermarkStrategy.bounded_out_of_orderness(0, timestamp="ts")).count(name="counts")
+    with pytest.raises(ConfigError) as refused:
+        write(tmp_path / "sp", p, {"_time": [{"key": None, "value": "{}"}]}, partitions=2, offsets={})
+    assert str(refused.value) == (
+        "store '_time' is the tasks' clocks: writing it from rows is offered for rolling aggregates (aggregate, "
+        "reduce, count, sum, min, max, mean) and tables with a changelog (as_table). Fix: take it from base= "
+        "unchanged, or leave it out (it starts empty)")
