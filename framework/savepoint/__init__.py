@@ -18,4 +18,12 @@ stopped service as the replay's bootstrap hands over (``framework.replay.handove
 changelogs and repartition topics are created anew, the entries and in-flight records written
 into them, and the group's offsets committed as the savepoint has them. Both are refused while
 the group has members; a running service's savepoint is not offered yet.
+
+``read`` and ``write`` (``spark``) are state with Spark: a store as a DataFrame, and a new
+savepoint written from DataFrames in people's terms (``compose``), checked against the target
+pipeline's serdes before anything is written.
 """
+
+from framework.savepoint.spark import read, write
+
+__all__ = ["read", "write"]

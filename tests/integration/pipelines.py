@@ -621,3 +621,15 @@ def savepointed_added() -> Pipeline:
 
 def savepointed_dropped() -> Pipeline:
     return _savepointed("dropped")
+
+
+def spark_state() -> Pipeline:
+    """Amounts {"v"} keyed by user (``ss-in-<suffix>``, 2 partitions): a running sum per user
+    (``sums``) -> ``ss-sums-<suffix>``, and a running count (``counts``) -> ``ss-counts-<suffix>``.
+    Its savepoints are read and written as Spark DataFrames (test_savepoint_spark.py)."""
+    s = _suffix()
+    p = Pipeline(f"ss-{s}", partitions=2)
+    src = p.source(Topic(f"ss-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2), name="in")
+    src.sum(lambda r: r["v"], name="sums").to(Topic(f"ss-sums-{s}"), name="to-sums")
+    src.count(name="counts").to(Topic(f"ss-counts-{s}"), name="to-counts")
+    return p
