@@ -1,9 +1,9 @@
-"""The Spark side of test_savepoint_spark.py, run as a user runs such a script (its own Python
-process, a SparkSession on ``local[1]``): read the ``sums`` store of a savepoint as a DataFrame,
+"""The Spark side of test_savepoint_spark.py, run as a user runs such a script (spark-submit
+--master local[1]): read the ``sums`` store of a savepoint as a DataFrame,
 migrate it (every sum times 10, the bad key ``u3`` fixed to ``u9``) into a new savepoint, and
 try a value of the wrong shape, which must be refused before anything is written.
 
-    python -m tests.integration.savepoint_spark_job TARGET SAVED MIGRATED REFUSED OUT.json
+    spark-submit --master local[1] tests/integration/savepoint_spark_job.py TARGET SAVED MIGRATED REFUSED OUT.json
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ SHOWN = ("partition", "kind", "state", "key", "window_start", "window_end", "map
 
 
 def main(target: str, saved: str, migrated: str, refused: str, out: str) -> None:
-    spark = SparkSession.builder.master("local[1]").appName("savepoint-state").getOrCreate()
+    spark = SparkSession.builder.appName("savepoint-state").getOrCreate()  # the master: spark-submit's
     try:
         sums = savepoint.read(spark, saved, "sums")
         read = [{c: r[c] for c in SHOWN} for r in sums.orderBy("partition", "key_bytes").collect()]

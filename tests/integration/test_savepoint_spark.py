@@ -14,6 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pyspark
+
 from framework.engine.partitioner import partition_for
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from tests.integration.harness import (
@@ -56,10 +58,14 @@ def _running(start: dict[str, int], amounts: list[tuple[str, int]], step: Any) -
 
 
 def _spark_job(env: dict[str, str], *args: str) -> dict[str, Any]:
-    """tests/integration/savepoint_spark_job.py in its own Python process, as a user runs a script."""
+    """tests/integration/savepoint_spark_job.py through the installed pyspark's spark-submit, as a
+    user runs such a script."""
     out = Path(args[-1])
-    done = subprocess.run([sys.executable, "-m", "tests.integration.savepoint_spark_job", TARGET, *args],
-                          env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True,
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    done = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "tests/integration/savepoint_spark_job.py"),
+                           TARGET, *args],
+                          env={**os.environ, **env, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
+                               "PYSPARK_DRIVER_PYTHON": sys.executable}, cwd=ROOT, capture_output=True,
                           text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text())
