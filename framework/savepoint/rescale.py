@@ -108,7 +108,7 @@ def check_rescalable(pipeline: Pipeline) -> None:
 def unprocessed(lags: Mapping[TP, int], old: int, new: int) -> str:
     """What records of the sources not yet processed would do after a rescale: part of a line."""
     listed = ", ".join(f"{t}[{p}] lag {n}" for (t, p), n in sorted(lags.items()))
-    return (f"{listed}: produced for {old} partition{'s' if old != 1 else ''}, they would not meet their keys' "
+    return (f"({listed}): produced for {old} partition{'s' if old != 1 else ''}, they would not meet their keys' "
             f"state on {new}")
 
 
@@ -123,7 +123,7 @@ def check_drained(manifest: Manifest, path: Path, tasks: int, target: str) -> No
     lags = {tp: n for tp, n in lags.items() if n > 0}
     if lags:
         raise RuntimeProblem(f"savepoint {path} was taken before the service processed every record of its "
-                             f"sources ({unprocessed(lags, manifest.partitions, tasks)}). Fix: stop the producers, "
+                             f"sources {unprocessed(lags, manifest.partitions, tasks)}. Fix: stop the producers, "
                              "run the service at its old partition count until its lag is 0, stop it, then "
                              f"rescale (fw rescale {target} --partitions {tasks} takes the savepoint itself)")
 
@@ -205,7 +205,7 @@ def _live_check(settings: Mapping[str, Any], pipeline: Pipeline, sources: list[s
     lags = {tp: n for tp, n in lags.items() if n > 0}
     if lags:
         raise RuntimeProblem(
-            f"the sources of {pipeline.name!r} hold records it has not processed ({unprocessed(lags, old, partitions)})"
+            f"the sources of {pipeline.name!r} hold records it has not processed {unprocessed(lags, old, partitions)}"
             f". Fix: stop the producers, run the service until its lag is 0 (fw group describe {target} shows it), "
             "stop it, then rescale")
     return old
