@@ -98,12 +98,30 @@ def _positions(settings: Mapping[str, Any], pipeline: Pipeline) -> tuple[
         bounds = {t: cluster.offsets(t) for t in pipeline.repartition_topics()}
         names = sorted({s.topic.name for s in pipeline.sources()})
         ids = topic_ids(cluster.admin, names)
-        sources = {t: SourceInfo(ids[t], {p: end for p, (_, end) in cluster.offsets(t).items()}) for t in names}
+        ends = {t: cluster.offsets(t) for t in names}
     finally:
         cluster.close()
+    left = unprocessed_records(settings, pipeline.name, committed, ends)
+    sources = {t: SourceInfo(ids[t], {p: end for p, (_, end) in parts.items()},
+                             {p: left.get((t, p), 0) for p in parts}) for t, parts in ends.items()}
     flight = {t: {p: (committed.get((t, p), start), end) for p, (start, end) in parts.items()}
               for t, parts in bounds.items()}
     return tasks, committed, flight, sources
+
+
+def unprocessed_records(settings: Mapping[str, Any], service: str, committed: Mapping[TP, int],
+                        bounds: Mapping[str, Mapping[int, tuple[int, int]]]) -> dict[TP, int]:
+    """The committed records of each partition of ``bounds`` (topic -> partition -> first and
+    next offset) past the group's ``committed`` offset (where none is, the log's start), where
+    there are any: read, since offsets alone overcount (commit markers and aborted records)."""
+    reader = f"{service}-savepoint-{uuid.uuid4().hex[:8]}"  # assigns, never joins
+    out = {}
+    for topic, parts in sorted(bounds.items()):
+        for p, (start, end) in sorted(parts.items()):
+            n = sum(len(batch) for batch in read_range(settings, reader, topic, p, committed.get((topic, p), start), end))
+            if n:
+                out[(topic, p)] = n
+    return out
 
 
 def _write_store(target: Path, pipeline: Pipeline, backend: MemoryBackend, store: str, tasks: int) -> StoreInfo:

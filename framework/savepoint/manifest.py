@@ -64,11 +64,13 @@ class RepartitionInfo:
 @dataclass
 class SourceInfo:
     """A source topic as the savepoint found it: its topic id (another id later: the topic was
-    created anew) and the end of each partition. With the group's committed offsets they tell
-    whether every record of the sources was processed, which a rescale needs (docs/savepoints.md)."""
+    created anew), the end of each partition, and the committed records each held past the
+    group's offset (``unprocessed``; not the offsets between: a transaction's commit marker takes
+    one and is no record). A rescale needs every one processed (docs/savepoints.md)."""
 
     id: str
     ends: dict[int, int]
+    unprocessed: dict[int, int]
 
 
 @dataclass
@@ -102,7 +104,8 @@ class Manifest:
             data["repartition"] = {t: RepartitionInfo(**{**r, "committed": _int_keys(r["committed"]),
                                                          "end": _int_keys(r["end"])})
                                    for t, r in data["repartition"].items()}
-            data["sources"] = {t: SourceInfo(r["id"], _int_keys(r["ends"])) for t, r in data.get("sources", {}).items()}
+            data["sources"] = {t: SourceInfo(r["id"], _int_keys(r["ends"]), _int_keys(r["unprocessed"]))
+                               for t, r in data.get("sources", {}).items()}
             return cls(**data)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigError(f"{where} is not a savepoint manifest ({type(exc).__name__}: {exc}). Fix: name "

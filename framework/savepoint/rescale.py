@@ -15,7 +15,8 @@ framework's partitioner sends to ``p``. On ``N`` partitions (``Rescaling``):
 
 Records of the sources produced for the old count and not processed would reach a task that
 does not hold their key's state. So a rescale restores only a savepoint whose sources were all
-processed (``check_drained``: committed offset = end for every source partition), and refuses
+processed (``check_drained``: no committed record past the group's offset in any source
+partition), and refuses
 when a partition of the old count holds records produced after it (``rescaled_offsets``): which
 count they were produced for cannot be told. A source topic created anew since the savepoint
 (another topic id: the only way to fewer partitions, since Kafka cannot take partitions away)
@@ -38,6 +39,7 @@ from framework.kafka.admin import add_partitions, admin_client, topic_ids
 from framework.kafka.inspect import Cluster
 from framework.ops.cleanup import refuse_while_running
 from framework.pipeline.definition import TIME_STORE, Pipeline
+from framework.savepoint.create import create_savepoint, unprocessed_records
 from framework.savepoint.files import InFlight, Pair
 from framework.savepoint.manifest import Manifest
 from framework.serde.values import ValueCodec
@@ -118,9 +120,7 @@ def check_drained(manifest: Manifest, path: Path, tasks: int, target: str) -> No
         raise RuntimeProblem(f"savepoint {path} does not record its sources' ends (an earlier release made it), so "
                              "whether every record of them was processed cannot be told. Fix: take a new savepoint "
                              f"(fw rescale {target} --partitions {tasks} takes one)")
-    lags = {(t, p): end - manifest.offsets.get(t, {}).get(p, 0)
-            for t, info in manifest.sources.items() for p, end in info.ends.items()}
-    lags = {tp: n for tp, n in lags.items() if n > 0}
+    lags = {(t, p): n for t, info in manifest.sources.items() for p, n in info.unprocessed.items() if n}
     if lags:
         raise RuntimeProblem(f"savepoint {path} was taken before the service processed every record of its "
                              f"sources {unprocessed(lags, manifest.partitions, tasks)}. Fix: stop the producers, "
@@ -162,8 +162,7 @@ def rescale_service(settings: Mapping[str, Any], pipeline: Pipeline, partitions:
     """``fw rescale``: with the service stopped and its sources processed to their ends, take a
     savepoint, add partitions to the sources, and restore the savepoint onto them. Returns the
     savepoint's path and the applied ``RestorePlan``."""
-    from framework.savepoint.create import create_savepoint
-    from framework.savepoint.restore import apply_restore, plan_restore
+    from framework.savepoint.restore import apply_restore, plan_restore  # it imports this module
 
     target = pipeline.target or "MODULE:PIPELINE"
     check_rescalable(pipeline)
@@ -190,7 +189,7 @@ def _live_check(settings: Mapping[str, Any], pipeline: Pipeline, sources: list[s
     try:
         old = len(cluster.partitions(sources[0]))
         committed = cluster.committed(pipeline.name)
-        bounds = {(t, p): b for t in sources for p, b in cluster.offsets(t).items()}
+        bounds = {t: cluster.offsets(t) for t in sources}
     finally:
         cluster.close()
     if partitions == old:
@@ -201,8 +200,7 @@ def _live_check(settings: Mapping[str, Any], pipeline: Pipeline, sources: list[s
             f"partitions need its sources ({', '.join(sources)}) created anew. Fix: with the service stopped and its "
             f"lag 0, take a savepoint (fw savepoint create {target}), stop the producers, create the sources anew "
             f"with {partitions} partitions, then fw savepoint restore {target} PATH --partitions {partitions}")
-    lags = {tp: end - committed.get(tp, start) for tp, (start, end) in bounds.items()}
-    lags = {tp: n for tp, n in lags.items() if n > 0}
+    lags = unprocessed_records(settings, pipeline.name, committed, bounds)
     if lags:
         raise RuntimeProblem(
             f"the sources of {pipeline.name!r} hold records it has not processed {unprocessed(lags, old, partitions)}"

@@ -17,7 +17,13 @@ from framework.engine.entries import record_key
 from framework.engine.partitioner import partition_for
 from framework.engine.task import CLOCK_KEY
 from framework.errors import RuntimeProblem, StateError
-from framework.savepoint.manifest import Manifest, RepartitionInfo, SourceInfo, StoreInfo, describe_pipeline
+from framework.savepoint.manifest import (
+    Manifest,
+    RepartitionInfo,
+    SourceInfo,
+    StoreInfo,
+    describe_pipeline,
+)
 from framework.savepoint.rescale import Rescaling, check_drained
 from framework.savepoint.restore import plan_restore
 from framework.serde import StringSerde
@@ -121,20 +127,20 @@ def test_records_in_flight_go_where_their_keys_go_in_order_and_control_records_a
     assert moved == [(partition_for(k, 6), *rest) for _p, *rest in old[:12] for k in [rest[2]]]
 
 
-def _manifest(offsets: dict[int, int], ends: dict[int, int] | None) -> Manifest:
+def _manifest(offsets: dict[int, int], unprocessed: dict[int, int] | None) -> Manifest:
     return Manifest(
         service="shop", target="shop.pipeline:pipeline", created="2026-11-23T12:00:00.000+00:00", partitions=2,
         pipeline=describe_pipeline(_pipeline()),
         stores={"per-customer": StoreInfo({0: 1, 1: 1}, "stores/per-customer", "shop-per-customer-changelog",
                                           {"kind": "aggregate", "layout": 1})},
         offsets={"orders": offsets}, repartition={REPARTITION: RepartitionInfo({0: 0, 1: 0}, {0: 0, 1: 0}, 0, "x")},
-        sources={} if ends is None else {"orders": SourceInfo("id", ends)})
+        sources={} if unprocessed is None else {"orders": SourceInfo("id", {0: 14, 1: 9}, unprocessed)})
 
 
 def test_a_savepoint_taken_before_every_source_record_was_processed_is_refused(tmp_path: Path) -> None:
-    check_drained(_manifest({0: 12, 1: 7}, {0: 12, 1: 7}), tmp_path, 4, "t:p")
+    check_drained(_manifest({0: 12, 1: 7}, {0: 0, 1: 0}), tmp_path, 4, "t:p")  # offsets past them: commit markers
     with pytest.raises(RuntimeProblem) as lag:
-        check_drained(_manifest({0: 12, 1: 7}, {0: 15, 1: 7}), tmp_path, 4, "t:p")
+        check_drained(_manifest({0: 12, 1: 7}, {0: 3, 1: 0}), tmp_path, 4, "t:p")
     assert str(lag.value) == (
         f"savepoint {tmp_path} was taken before the service processed every record of its sources (orders[0] lag 3): "
         "produced for 2 partitions, they would not meet their keys' state on 4. Fix: stop the producers, run the "
@@ -149,6 +155,6 @@ def test_a_savepoint_taken_before_every_source_record_was_processed_is_refused(t
 
 
 def test_the_restore_refuses_an_undrained_rescale_before_asking_the_cluster(tmp_path: Path) -> None:
-    _manifest({0: 12, 1: 7}, {0: 12, 1: 9}).save(tmp_path)
+    _manifest({0: 12, 1: 7}, {0: 0, 1: 2}).save(tmp_path)
     with pytest.raises(RuntimeProblem, match=r"\(orders\[1\] lag 2\)"):
         plan_restore({"bootstrap.servers": "127.0.0.1:1"}, _pipeline(), tmp_path, tmp_path / "state", partitions=3)
