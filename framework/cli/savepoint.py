@@ -116,7 +116,7 @@ def rescale(service: str, partitions: int, path: Path | None, as_json: bool, con
     """Rescale SERVICE (module:pipeline), stopped and with every record of its sources
     processed, to more partitions: a savepoint, partitions added to the sources, and the
     savepoint restored onto them (docs/savepoints.md, Rescaling)."""
-    from framework.savepoint.rescale import rescale_service
+    from framework.savepoint.restore import rescale_service
 
     config = load_config(config_file)
     pipeline = _service(service, "rescale")

@@ -1,6 +1,7 @@
 """Rescaling: a savepoint restored onto another partition count (``fw savepoint restore
---partitions N``), and ``fw rescale``, which takes the savepoint, adds the partitions and
-restores it in one command (docs/savepoints.md, "Rescaling").
+--partitions N``), and the checks of ``fw rescale`` (``check_live``), which takes the savepoint,
+adds the partitions and restores it in one command (``restore.rescale_service``;
+docs/savepoints.md, "Rescaling").
 
 A service's tasks are its sources' partitions, and task ``p``'s state holds the keys the
 framework's partitioner sends to ``p``. On ``N`` partitions (``Rescaling``):
@@ -29,24 +30,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework.engine.entries import record_key
 from framework.engine.partitioner import partition_for
 from framework.engine.task import CLOCK_KEY
-from framework.errors import ConfigError, FrameworkError, RuntimeProblem, StateError
-from framework.kafka.admin import add_partitions, admin_client, topic_ids
+from framework.errors import ConfigError, RuntimeProblem, StateError
+from framework.kafka.admin import topic_ids
 from framework.kafka.inspect import Cluster
-from framework.ops.cleanup import refuse_while_running
 from framework.pipeline.definition import TIME_STORE, Pipeline
-from framework.savepoint.create import create_savepoint, unprocessed_records
+from framework.savepoint.create import unprocessed_records
 from framework.savepoint.files import InFlight, Pair
 from framework.savepoint.manifest import Manifest
 from framework.serde.values import ValueCodec
 from framework.time.clock import WATERMARK_HEADER, rescaled
-
-if TYPE_CHECKING:
-    from framework.savepoint.restore import RestorePlan
 
 TP = tuple[str, int]
 
@@ -157,31 +154,7 @@ def rescaled_offsets(cluster: Cluster, manifest: Manifest, pipeline: Pipeline, p
     return out
 
 
-def rescale_service(settings: Mapping[str, Any], pipeline: Pipeline, partitions: int, state_root: Path,
-                    path: Path | None = None) -> tuple[Path, RestorePlan]:
-    """``fw rescale``: with the service stopped and its sources processed to their ends, take a
-    savepoint, add partitions to the sources, and restore the savepoint onto them. Returns the
-    savepoint's path and the applied ``RestorePlan``."""
-    from framework.savepoint.restore import apply_restore, plan_restore  # it imports this module
-
-    target = pipeline.target or "MODULE:PIPELINE"
-    check_rescalable(pipeline)
-    refuse_while_running(settings, pipeline.name, "a rescale", "rescale it")
-    sources = sorted({s.topic.name for s in pipeline.sources()})
-    old = _live_check(settings, pipeline, sources, partitions, target)
-    where, _manifest = create_savepoint(settings, pipeline, path)
-    _live_check(settings, pipeline, sources, partitions, target)  # produced meanwhile: nothing changed yet
-    add_partitions(admin_client(settings), {t: partitions for t in sources})
-    try:
-        plan = plan_restore(settings, pipeline, where, state_root, partitions=partitions)
-        return where, apply_restore(settings, plan)
-    except FrameworkError as exc:
-        raise RuntimeProblem(f"{exc} (the sources have {partitions} partitions now, the service's state is still of "
-                             f"{old}: fw savepoint restore {target} {where} --partitions {partitions} finishes the "
-                             "rescale once that is fixed)") from exc
-
-
-def _live_check(settings: Mapping[str, Any], pipeline: Pipeline, sources: list[str], partitions: int,
+def check_live(settings: Mapping[str, Any], pipeline: Pipeline, sources: list[str], partitions: int,
                 target: str) -> int:
     """The service's partition count, once it is known to be rescalable to ``partitions`` now:
     more partitions than it has, and every source record processed."""
