@@ -18,7 +18,7 @@ from framework.logs import debugging
 _COMMANDS = {
     "broker": "broker", "demo": "demo", "run": "run", "replay": "replay", "archive": "replay", "topics": "ops",
     "group": "ops", "state": "ops", "status": "status", "new": "new", "doctor": "doctor", "acls": "acls",
-    "registry": "registry", "schemas": "schemas", "savepoint": "savepoint",
+    "registry": "registry", "schemas": "schemas", "savepoint": "savepoint", "rescale": "savepoint",
 }
 
 

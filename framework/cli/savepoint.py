@@ -1,10 +1,11 @@
 """``fw savepoint create | list | describe | restore``: a stopped service's state and positions
-kept as files, and put back (docs/savepoints.md). The logic is in ``framework.savepoint``; this
+kept as files, and put back (docs/savepoints.md); ``fw rescale``: the three steps of a rescale. The logic is in ``framework.savepoint``; this
 module parses options and prints (``framework.cli.output``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,9 @@ from framework.ops.targets import client_settings, is_target, load_config, load_
 from framework.pipeline.definition import Pipeline
 from framework.savepoint.manifest import Manifest, list_savepoints, savepoint_root
 
+if TYPE_CHECKING:
+    from framework.savepoint.restore import RestorePlan
+
 
 @click.group()
 def savepoint() -> None:
@@ -23,7 +27,7 @@ def savepoint() -> None:
 
 def _service(service: str, command: str) -> Pipeline:
     if not is_target(service):
-        raise ConfigError(f"fw savepoint {command} needs the service as module:pipeline, not {service!r}: its "
+        raise ConfigError(f"fw {command} needs the service as module:pipeline, not {service!r}: its "
                           "definition names its stores, topics and serdes")
     return load_service(service)
 
@@ -38,7 +42,7 @@ def savepoint_create(service: str, path: Path | None, as_json: bool, config_file
     every task, the group's offsets and the repartition topics' records in flight."""
     from framework.savepoint.create import create_savepoint
 
-    where, manifest = create_savepoint(_settings(config_file), _service(service, "create"), path)
+    where, manifest = create_savepoint(_settings(config_file), _service(service, "savepoint create"), path)
     if as_json:
         out.emit_json({"path": str(where), **_summary(manifest)})
         return
@@ -52,7 +56,7 @@ def savepoint_create(service: str, path: Path | None, as_json: bool, config_file
 def savepoint_list(service: str | None, as_json: bool) -> None:
     """The savepoints under FW_SAVEPOINT_DIR (default ./savepoints), of SERVICE (its name, or
     module:pipeline) when given."""
-    name = _service(service, "list").name if service and is_target(service) else service
+    name = _service(service, "savepoint list").name if service and is_target(service) else service
     found = list_savepoints(savepoint_root(), name)
     if as_json:
         out.emit_json([{"path": str(s.path), "size": s.size, **_summary(s.manifest)} for s in found])
@@ -80,27 +84,54 @@ def savepoint_describe(path: Path, as_json: bool) -> None:
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--allow-dropped-state", is_flag=True,
               help="Restore even though the savepoint holds stores the pipeline no longer has (left out).")
+@click.option("--partitions", type=click.IntRange(min=1), default=None,
+              help="The partition count of the service's sources, when it is not the savepoint's: rescales it.")
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
 @_common
-def savepoint_restore(service: str, path: Path, allow_dropped_state: bool, dry_run: bool, as_json: bool,
-                      config_file: str | None) -> None:
+def savepoint_restore(service: str, path: Path, allow_dropped_state: bool, partitions: int | None, dry_run: bool,
+                      as_json: bool, config_file: str | None) -> None:
     """Put the savepoint at PATH back onto SERVICE (module:pipeline), which must be stopped:
     its changelogs, repartition topics and group offsets become the savepoint's; its local
-    state here is deleted."""
+    state here is deleted. With --partitions N, onto sources of N partitions: each key's state
+    goes to the partition the partitioner gives it there."""
     from framework.savepoint.restore import apply_restore, plan_restore
 
     config = load_config(config_file)
     settings = client_settings(config)
-    plan = plan_restore(settings, _service(service, "restore"), path, config.state.dir,
-                        allow_dropped=allow_dropped_state)
+    plan = plan_restore(settings, _service(service, "savepoint restore"), path, config.state.dir,
+                        allow_dropped=allow_dropped_state, partitions=partitions)
     if not dry_run:
         apply_restore(settings, plan)
+    _print_restore(path, plan, dry_run, as_json)
+
+
+@click.command("rescale")
+@click.argument("service")
+@click.option("--partitions", type=click.IntRange(min=1), required=True,
+              help="The new partition count, more than the service's (Kafka only adds partitions).")
+@click.option("--path", "path", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The savepoint's directory (default: FW_SAVEPOINT_DIR, else ./savepoints, /<service>/<time>).")
+@_common
+def rescale(service: str, partitions: int, path: Path | None, as_json: bool, config_file: str | None) -> None:
+    """Rescale SERVICE (module:pipeline), stopped and with every record of its sources
+    processed, to more partitions: a savepoint, partitions added to the sources, and the
+    savepoint restored onto them (docs/savepoints.md, Rescaling)."""
+    from framework.savepoint.restore import rescale_service
+
+    config = load_config(config_file)
+    pipeline = _service(service, "rescale")
+    where, plan = rescale_service(client_settings(config), pipeline, partitions, config.state.dir, path)
+    _print_restore(where, plan, False, as_json)
+
+
+def _print_restore(path: Path, plan: RestorePlan, dry_run: bool, as_json: bool) -> None:
     if as_json:
         out.emit_json(plan.as_dict())
         return
     would = "would be " if dry_run else ""
     written = ", ".join(f"{s} ({n} entries)" for s, n in sorted(plan.written.items())) or "none"
-    out.lines([f"savepoint {path} onto service {plan.service}", f"stores {would}written: {written}"])
+    onto = "" if plan.rescale is None else f" (rescaled from {plan.manifest.partitions} to {plan.rescale.tasks} partitions)"
+    out.lines([f"savepoint {path} onto service {plan.service}{onto}", f"stores {would}written: {written}"])
     out.table(f"offsets of group {plan.service} {would}committed", ["topic", "partition", "offset"],
               [(t, str(p), str(o)) for (t, p), o in sorted(plan.offsets.items())])
     out.lines([f"topics {would}created anew: {_listed(plan.recreated)}",

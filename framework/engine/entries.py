@@ -234,6 +234,23 @@ def _before(key: Any, bound: Any) -> bool:
     return k < b if k[0] == b[0] else key_text(key) < key_text(bound)
 
 
+def record_key(key: bytes) -> bytes | None:
+    """The record key's bytes inside store key ``key`` (docs/state-format.md, section 3): a
+    state key's after its length, a timer key's between its timestamp and its namespace byte;
+    None for the entries of no key (meta entries, and a state id alone: the time store's clock).
+    This is what places an entry in a task: the task the partitioner gives these bytes."""
+    if key.startswith(META_PREFIX):
+        return None
+    sid = key[:1 + key[0]]
+    rest = key[len(sid):]
+    if is_timer_state(sid):
+        return rest[8:-1]
+    if not rest:
+        return None
+    n = _LEN.unpack_from(rest)[0]
+    return rest[4:4 + n]
+
+
 def keyed_prefix(state_id: bytes, record_key: bytes) -> bytes:
     return state_id + _LEN.pack(len(record_key)) + record_key
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
 
 from framework.errors import AccessProblem, KafkaClientError
 from framework.kafka.clients import retry_while_not_ready
@@ -121,6 +121,28 @@ def topic_ids(admin: AdminClient, names: Iterable[str], timeout_s: float = 30.0)
 
         out[name] = retry_while_not_ready(describe, timeout_s, f"topic {name}")
     return out
+
+
+def add_partitions(admin: AdminClient, counts: Mapping[str, int], timeout_s: float = 30.0) -> None:
+    """Give each topic of ``counts`` that many partitions (Kafka only adds them; a topic that has
+    as many already is left as it is), and wait until the metadata shows them: a consumer
+    assigned right after must find every partition."""
+    grow = {t: n for t, n in counts.items() if topic_partitions(admin, [t], timeout_s).get(t, n) < n}
+    if grow:
+        futures = admin.create_partitions([NewPartitions(t, n) for t, n in sorted(grow.items())],
+                                          operation_timeout=timeout_s, request_timeout=timeout_s)
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                raise KafkaClientError(f"cannot add partitions to topic {name!r} (to {grow[name]}): "
+                                       f"{exc.args[0].str()}") from None
+    deadline = time.monotonic() + timeout_s
+    while (shown := topic_partitions(admin, grow, timeout_s)) != grow:
+        if time.monotonic() > deadline:
+            raise KafkaClientError(f"topics {sorted(grow)} show {shown} partitions {timeout_s:.0f} s after they "
+                                   f"were given {grow}")
+        time.sleep(0.1)
 
 
 _NO_LIMIT = 2**63 - 1  # Long.MAX_VALUE: the broker's "no limit" for the timestamp settings

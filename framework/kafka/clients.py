@@ -56,6 +56,8 @@ Verdict = Literal["retry", "abort", "reset", "fatal"]
 _NOT_READY_YET = (  # a partition just created, or moving: its leader is not known yet
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+    # a group's coordinator not elected or still loading (a broker just started)
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 )
 
 

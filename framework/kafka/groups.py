@@ -18,6 +18,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from framework.errors import KafkaClientError
+from framework.kafka.clients import retry_while_not_ready
 from framework.kafka.io import delete_topics
 from framework.kafka.logs import CLIENT_LOG
 
@@ -26,9 +27,12 @@ TP = tuple[str, int]
 
 def _describe(admin: AdminClient, group: str, timeout_s: float) -> Any:
     """The broker's description of ``group`` (state, members, their assignments)."""
+    def describe(left: float) -> Any:
+        [found] = [f.result() for f in admin.describe_consumer_groups([group], request_timeout=left).values()]
+        return found
+
     try:
-        [description] = [f.result() for f in admin.describe_consumer_groups([group],
-                                                                            request_timeout=timeout_s).values()]
+        description = retry_while_not_ready(describe, timeout_s, f"consumer group {group!r}")
     except KafkaException as exc:
         raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from exc
     return description

@@ -17,7 +17,9 @@ its last checkpoint, and so matches its committed offsets. ``restore`` puts one 
 stopped service as the replay's bootstrap hands over (``framework.replay.handover``): its
 changelogs and repartition topics are created anew, the entries and in-flight records written
 into them, and the group's offsets committed as the savepoint has them. Both are refused while
-the group has members; a running service's savepoint is not offered yet.
+the group has members; a running service's savepoint is not offered yet. ``rescale`` moves a
+savepoint's entries and records in flight onto another partition count, each by its key (``fw
+savepoint restore --partitions N``, ``fw rescale``).
 
 ``read`` and ``write`` (``spark``) are state with Spark: a store as a DataFrame, and a new
 savepoint written from DataFrames in people's terms (``compose``), checked against the target

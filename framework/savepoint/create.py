@@ -2,7 +2,8 @@
 
 1. Refused while the group has members: their stores change while they are read (a running
    service's savepoint is not offered yet).
-2. The group's committed offsets are read, and each repartition topic's end.
+2. The group's committed offsets are read, each repartition topic's end, and each source's topic
+   id and ends (a rescale restores only a savepoint whose sources were all processed).
 3. Every store partition of every task is rebuilt in memory by the runtime's own restore
    (``rebuild_stores``): each changelog read to its end, read_committed. A stopped service's
    changelogs read to their ends are its state as of its last checkpoint, the one that
@@ -30,6 +31,7 @@ from typing import Any, cast
 
 from framework.engine.entries import StoreLayout
 from framework.errors import ConfigError
+from framework.kafka.admin import topic_ids
 from framework.kafka.clients import read_range
 from framework.kafka.inspect import Cluster
 from framework.ops.cleanup import refuse_while_running
@@ -41,6 +43,7 @@ from framework.savepoint.manifest import (
     STORES,
     Manifest,
     RepartitionInfo,
+    SourceInfo,
     StoreInfo,
     default_path,
     describe_pipeline,
@@ -63,7 +66,7 @@ def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path
     if target.exists() and any(target.iterdir()):
         raise ConfigError(f"{target} exists and is not empty: a savepoint goes to a directory of its own. Fix: name "
                           "another --path, or leave it out (a new directory under FW_SAVEPOINT_DIR)")
-    tasks, committed, flight = _positions(settings, pipeline)
+    tasks, committed, flight, sources = _positions(settings, pipeline)
     backend = rebuild_stores(pipeline, settings, tasks, list(range(tasks)))
     target.mkdir(parents=True, exist_ok=True)
     try:
@@ -74,7 +77,7 @@ def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path
         for (topic, p), offset in sorted(committed.items()):
             offsets.setdefault(topic, {})[p] = offset
         manifest = Manifest(pipeline.name, pipeline.target or "", created.isoformat(timespec="milliseconds"),
-                            tasks, describe_pipeline(pipeline), stores, offsets, repartition)
+                            tasks, describe_pipeline(pipeline), stores, offsets, repartition, sources=sources)
         manifest.save(target)
         refuse_while_running(settings, pipeline.name, *NOT_RUNNING)  # one joined meanwhile: nothing to trust
     except BaseException:
@@ -83,21 +86,42 @@ def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path
     return target, manifest
 
 
-def _positions(settings: Mapping[str, Any],
-               pipeline: Pipeline) -> tuple[int, dict[TP, int], dict[str, dict[int, tuple[int, int]]]]:
-    """The service's partition count, its group's committed offsets, and the range of each
-    repartition topic's partitions in flight: from the committed offset (where none is, the
-    log's start: a member starts there) to the end."""
+def _positions(settings: Mapping[str, Any], pipeline: Pipeline) -> tuple[
+        int, dict[TP, int], dict[str, dict[int, tuple[int, int]]], dict[str, SourceInfo]]:
+    """The service's partition count, its group's committed offsets, the range of each
+    repartition topic's partitions in flight (from the committed offset, where none is the
+    log's start: a member starts there, to the end), and each source's topic id and ends."""
     cluster = Cluster(settings)
     try:
         tasks = len(cluster.partitions(pipeline.sources()[0].topic.name))
         committed = cluster.committed(pipeline.name)
         bounds = {t: cluster.offsets(t) for t in pipeline.repartition_topics()}
+        names = sorted({s.topic.name for s in pipeline.sources()})
+        ids = topic_ids(cluster.admin, names)
+        ends = {t: cluster.offsets(t) for t in names}
     finally:
         cluster.close()
+    left = unprocessed_records(settings, pipeline.name, committed, ends)
+    sources = {t: SourceInfo(ids[t], {p: end for p, (_, end) in parts.items()},
+                             {p: left.get((t, p), 0) for p in parts}) for t, parts in ends.items()}
     flight = {t: {p: (committed.get((t, p), start), end) for p, (start, end) in parts.items()}
               for t, parts in bounds.items()}
-    return tasks, committed, flight
+    return tasks, committed, flight, sources
+
+
+def unprocessed_records(settings: Mapping[str, Any], service: str, committed: Mapping[TP, int],
+                        bounds: Mapping[str, Mapping[int, tuple[int, int]]]) -> dict[TP, int]:
+    """The committed records of each partition of ``bounds`` (topic -> partition -> first and
+    next offset) past the group's ``committed`` offset (where none is, the log's start), where
+    there are any: read, since offsets alone overcount (commit markers and aborted records)."""
+    reader = f"{service}-savepoint-{uuid.uuid4().hex[:8]}"  # assigns, never joins
+    out = {}
+    for topic, parts in sorted(bounds.items()):
+        for p, (start, end) in sorted(parts.items()):
+            n = sum(len(batch) for batch in read_range(settings, reader, topic, p, committed.get((topic, p), start), end))
+            if n:
+                out[(topic, p)] = n
+    return out
 
 
 def _write_store(target: Path, pipeline: Pipeline, backend: MemoryBackend, store: str, tasks: int) -> StoreInfo:

@@ -62,6 +62,18 @@ class RepartitionInfo:
 
 
 @dataclass
+class SourceInfo:
+    """A source topic as the savepoint found it: its topic id (another id later: the topic was
+    created anew), the end of each partition, and the committed records each held past the
+    group's offset (``unprocessed``; not the offsets between: a transaction's commit marker takes
+    one and is no record). A rescale needs every one processed (docs/savepoints.md)."""
+
+    id: str
+    ends: dict[int, int]
+    unprocessed: dict[int, int]
+
+
+@dataclass
 class Manifest:
     service: str
     target: str
@@ -74,6 +86,7 @@ class Manifest:
     format: int = SAVEPOINT_FORMAT
     state_format: int = STATE_FORMAT
     notes: list[str] = field(default_factory=list)
+    sources: dict[str, SourceInfo] = field(default_factory=dict)  # empty in savepoints of earlier releases
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)  # in the order of the fields, signatures as the steps give them
@@ -91,6 +104,8 @@ class Manifest:
             data["repartition"] = {t: RepartitionInfo(**{**r, "committed": _int_keys(r["committed"]),
                                                          "end": _int_keys(r["end"])})
                                    for t, r in data["repartition"].items()}
+            data["sources"] = {t: SourceInfo(r["id"], _int_keys(r["ends"]), _int_keys(r["unprocessed"]))
+                               for t, r in data.get("sources", {}).items()}
             return cls(**data)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigError(f"{where} is not a savepoint manifest ({type(exc).__name__}: {exc}). Fix: name "

@@ -2,8 +2,9 @@
 happened after it, through the replay bootstrap's handover (``framework.replay.handover``).
 
 Planned first, nothing changed (``plan_restore``, all of ``--dry-run``), and refused in one
-line: while the group has members; for a savepoint of another service or format; for another
-partition count (rescaling, ``--partitions``, is not offered yet); for a store the pipeline no
+line: while the group has members; for a savepoint of another service or format; for sources
+of another partition count than the savepoint's, unless ``--partitions`` names theirs (then it
+is a rescale, with the checks of ``framework.savepoint.rescale``); for a store the pipeline no
 longer has (its state would be lost) unless ``allow_dropped``; for a store whose step changed
 kind (its ``00 "step"`` signature differs: the step could not read it); and for a source offset
 no longer in its topic (retention deleted the records after it: the service would skip them).
@@ -12,30 +13,35 @@ Stores are matched to steps by name: a step the savepoint does not have starts e
 Then (``apply_restore``):
 
 1. the local copies of every store under ``state.dir/<service>`` on this host are deleted;
-2. the pipeline's changelogs and repartition topics are deleted and created anew (same
-   partitions and config). Their new topic ids make any other host's local copies stale:
+2. the pipeline's changelogs and repartition topics are deleted and created anew (the
+   sources' partition count, their config). Their new topic ids make any other host's local copies stale:
    its member rebuilds them from the changelogs instead of merging (docs/state-format.md, 5);
 3. each store's entries go to partition ``p`` of its changelog (plainly, idempotent), and each
    repartition topic's records in flight to their partition, in their order, with their
-   timestamps and headers: unprocessed again. A table read from its own topic is not written:
+   timestamps and headers: unprocessed again (on another count, each where its key goes now:
+   ``Rescaling``). A table read from its own topic is not written:
    the offsets below make the service rebuild it from its topic;
 4. the group's offsets become the savepoint's (the group is deleted, then they are committed):
    each repartition topic's at 0, where its records in flight now start.
 
 A restore that fails on the way leaves the service's state incomplete: run it again before
 starting the service.
+
+``rescale_service`` is ``fw rescale``: the savepoint, the sources' new partitions and the restore
+onto them in one command.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from framework.engine.task import describe_signature
-from framework.errors import ConfigError, RuntimeProblem
+from framework.errors import ConfigError, FrameworkError, RuntimeProblem
+from framework.kafka.admin import add_partitions, admin_client
 from framework.kafka.clients import KafkaOutput
 from framework.kafka.groups import commit_offsets, delete_group, recreate_topics
 from framework.kafka.inspect import Cluster
@@ -43,8 +49,16 @@ from framework.ops.cleanup import ELSEWHERE, drop_local, refuse_while_running
 from framework.pipeline.definition import Pipeline
 from framework.pipeline.internal import CHANGELOG, changelog_topic
 from framework.records import Headers
-from framework.savepoint.files import in_flight_records, store_pairs
+from framework.savepoint.create import create_savepoint
+from framework.savepoint.files import InFlight, Pair, in_flight_records, store_pairs
 from framework.savepoint.manifest import Manifest
+from framework.savepoint.rescale import (
+    Rescaling,
+    check_drained,
+    check_live,
+    check_rescalable,
+    rescaled_offsets,
+)
 from framework.state.base import STATE_FORMAT
 from framework.state.directory import store_dirs
 
@@ -73,6 +87,7 @@ class RestorePlan:
     local: list[str]
     applied: bool = False
     notes: list[str] = field(default_factory=list)
+    rescale: Rescaling | None = None  # onto another partition count than the savepoint's
 
     def as_dict(self) -> dict[str, Any]:
         return {"service": self.service, "savepoint": str(self.path), "applied": self.applied,
@@ -81,27 +96,32 @@ class RestorePlan:
                 "in_flight_written": self.in_flight,
                 "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
                 "state_dir": str(self.state_dir), "local_deleted": [str(self.state_dir / d) for d in self.local],
+                "partitions": {"savepoint": self.manifest.partitions,
+                               "restored": self.manifest.partitions if self.rescale is None else self.rescale.tasks},
                 "notes": self.notes}
 
 
 def plan_restore(settings: Mapping[str, Any], pipeline: Pipeline, path: Path, state_root: Path, *,
-                 allow_dropped: bool = False) -> RestorePlan:
+                 allow_dropped: bool = False, partitions: int | None = None) -> RestorePlan:
     """The restore of the savepoint at ``path`` onto service ``pipeline``, computed and
-    checked (module docstring), nothing changed yet."""
+    checked (module docstring), nothing changed yet. ``partitions``: the count the service
+    runs on after it, which its sources must have; another than the savepoint's rescales it
+    (``framework.savepoint.rescale``)."""
     manifest = Manifest.load(path)
     _check_service(manifest, pipeline, path)  # what the savepoint and the pipeline tell, before the cluster
     dropped = _check_dropped(manifest, pipeline, path, allow_dropped)
     _check_kinds(manifest, pipeline)
+    rescaling = partitions is not None and partitions != manifest.partitions
+    if rescaling:
+        check_rescalable(pipeline)
+        check_drained(manifest, path, cast(int, partitions), pipeline.target or "MODULE:PIPELINE")
     refuse_while_running(settings, pipeline.name, "a restore", "restore the savepoint")
     cluster = Cluster(settings)
     try:
         tasks = len(cluster.partitions(pipeline.sources()[0].topic.name))
-        if tasks != manifest.partitions:
-            raise RuntimeProblem(
-                f"savepoint {path} has {manifest.partitions} partitions and the topics of {pipeline.name!r} have "
-                f"{tasks}: restoring onto another partition count (--partitions) is not offered yet. Fix: restore "
-                f"it onto topics of {manifest.partitions} partitions")
-        offsets = _offsets(cluster, manifest, pipeline, path)
+        _check_count(pipeline, path, manifest.partitions, tasks, partitions)
+        offsets = (rescaled_offsets(cluster, manifest, pipeline, path, tasks) if rescaling
+                   else _offsets(cluster, manifest, pipeline, path))
         existing = {t.name for t in cluster.topics()}
         internal = [*(pipeline.changelog_topic(s) for s in pipeline.changelogged_stores()),
                     *pipeline.repartition_topics()]
@@ -109,8 +129,9 @@ def plan_restore(settings: Mapping[str, Any], pipeline: Pipeline, path: Path, st
     finally:
         cluster.close()
     ours = set(pipeline.store_names())
-    written = {s: info.total for s, info in manifest.stores.items()
-               if s in ours and pipeline.table_source(s) is None}
+    rescale = Rescaling.of(pipeline, tasks) if rescaling else None
+    written = {s: info.total if rescale is None else sum(1 for _ in _entries(path, manifest, s, rescale))
+               for s, info in manifest.stores.items() if s in ours and pipeline.table_source(s) is None}
     plan = RestorePlan(
         pipeline.name, path, manifest, written,
         empty=sorted(ours - set(manifest.stores)),
@@ -118,9 +139,57 @@ def plan_restore(settings: Mapping[str, Any], pipeline: Pipeline, path: Path, st
         dropped=dropped, recreated=recreated,
         in_flight={t: r.records for t, r in manifest.repartition.items() if t in pipeline.repartition_topics()},
         offsets=offsets, state_dir=state_root.resolve() / pipeline.name,
-        local=store_dirs(state_root.resolve(), pipeline.name))
+        local=store_dirs(state_root.resolve(), pipeline.name), rescale=rescale)
+    if rescale is not None:
+        plan.in_flight = {t: sum(1 for _ in _in_flight(plan, t)) for t in plan.in_flight}
     plan.notes = _notes(plan, pipeline)
     return plan
+
+
+def rescale_service(settings: Mapping[str, Any], pipeline: Pipeline, partitions: int, state_root: Path,
+                    path: Path | None = None) -> tuple[Path, RestorePlan]:
+    """``fw rescale``: with the service stopped and its sources processed to their ends, take a
+    savepoint, add partitions to the sources, and restore the savepoint onto them. Returns the
+    savepoint's path and the applied ``RestorePlan``."""
+    target = pipeline.target or "MODULE:PIPELINE"
+    check_rescalable(pipeline)
+    refuse_while_running(settings, pipeline.name, "a rescale", "rescale it")
+    sources = sorted({s.topic.name for s in pipeline.sources()})
+    old = check_live(settings, pipeline, sources, partitions, target)
+    where, _manifest = create_savepoint(settings, pipeline, path)
+    check_live(settings, pipeline, sources, partitions, target)  # produced meanwhile: nothing changed yet
+    add_partitions(admin_client(settings), {t: partitions for t in sources})
+    try:
+        plan = plan_restore(settings, pipeline, where, state_root, partitions=partitions)
+        return where, apply_restore(settings, plan)
+    except FrameworkError as exc:
+        raise RuntimeProblem(f"{exc} (the sources have {partitions} partitions now, the service's state is still of "
+                             f"{old}: fw savepoint restore {target} {where} --partitions {partitions} finishes the "
+                             "rescale once that is fixed)") from exc
+
+
+def _check_count(pipeline: Pipeline, path: Path, saved: int, tasks: int, partitions: int | None) -> None:
+    """The sources must have the count the service is restored onto: the savepoint's, or ``partitions``."""
+    if partitions is not None and tasks != partitions:
+        fix = (f"add partitions to them (fw rescale {pipeline.target or 'MODULE:PIPELINE'} --partitions {partitions} "
+               "takes a savepoint, adds them and restores it)" if partitions > tasks else
+               f"create them anew with {partitions} partitions (Kafka cannot take partitions away)")
+        raise RuntimeProblem(f"--partitions {partitions}: the sources of {pipeline.name!r} have {tasks} partitions. "
+                             f"Fix: {fix}")
+    if partitions is None and tasks != saved:
+        raise RuntimeProblem(
+            f"savepoint {path} has {saved} partitions and the topics of {pipeline.name!r} have {tasks}. Fix: "
+            f"restore it onto topics of {saved} partitions, or pass --partitions {tasks} to rescale it onto these")
+
+
+def _entries(path: Path, manifest: Manifest, store: str, rescale: Rescaling | None) -> Iterator[Pair]:
+    pairs = store_pairs(path / manifest.stores[store].path)
+    return pairs if rescale is None else rescale.entries(store, pairs)
+
+
+def _in_flight(plan: RestorePlan, topic: str) -> Iterator[InFlight]:
+    records = in_flight_records(plan.path / plan.manifest.repartition[topic].path)
+    return records if plan.rescale is None else plan.rescale.records(records)
 
 
 def apply_restore(settings: Mapping[str, Any], plan: RestorePlan) -> RestorePlan:
@@ -133,11 +202,11 @@ def apply_restore(settings: Mapping[str, Any], plan: RestorePlan) -> RestorePlan
     output = KafkaOutput(settings, None)  # idempotent; the service reads the records read_committed
     for store in plan.written:
         topic = changelog_topic(plan.service, store)
-        for p, key, value in store_pairs(plan.path / plan.manifest.stores[store].path):
+        for p, key, value in _entries(plan.path, plan.manifest, store, plan.rescale):
             output.produce(topic, key, value, 0, None, p)
         output.poll()
     for topic in plan.in_flight:
-        for p, _offset, ts, rkey, rvalue, headers in in_flight_records(plan.path / plan.manifest.repartition[topic].path):
+        for p, _offset, ts, rkey, rvalue, headers in _in_flight(plan, topic):
             output.produce(topic, rkey, rvalue, ts, cast(Headers, headers), p)
         output.poll()
     output.flush(_WRITE_TIMEOUT_S)

@@ -21,7 +21,7 @@ a step restores every remaining input and step onto the same name (docs/state-fo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from framework.time.watermarks import NO_WATERMARK, WatermarkGenerator
@@ -201,6 +201,45 @@ class TaskClock:
             known = [saved[s] for s in c.steps if s in saved]
             if known:
                 c.watermark = max(c.watermark, *known)
+
+
+def rescaled(snapshots: list[dict[str, Any]], tasks: int, internal: Collection[str]) -> dict[str, Any]:
+    """The clock every task of a service rescaled to ``tasks`` partitions starts with, from the
+    ``snapshot``s of all its old tasks: each input and each step at the minimum over the old
+    tasks that have it. A key's state moves to a task whose clock is no later than the one it
+    left, so an open window or a pending timer has not passed there, and no record that was in
+    time becomes late (one that was late may be in time: the minimum is the price of not
+    knowing which task a record would have met).
+
+    An input fed by the service's own repartition topics (``internal``) is fed by the new
+    tasks: ``tasks`` upstream tasks, each at the input's minimum until its control records
+    raise it. An input fed by another service keeps that service's upstream tasks, each at its
+    minimum over the old tasks."""
+    inputs: dict[str, dict[str, Any]] = {}
+    for topic in sorted({t for s in snapshots for t in s["inputs"]}):
+        olds = [s["inputs"][topic] for s in snapshots if topic in s["inputs"]]
+        inputs[topic] = _rescaled_input(olds, tasks if topic in internal else None)
+    steps: dict[str, int] = {}
+    for s in snapshots:
+        for step, w in s["steps"].items():
+            steps[step] = min(steps.get(step, w), w)
+    return {"inputs": inputs, "steps": steps}
+
+
+def _rescaled_input(olds: list[dict[str, Any]], upstream_tasks: int | None) -> dict[str, Any]:
+    active = [o for o in olds if not o.get("off", False)] or olds  # an idle input's watermark holds nothing back
+    wm = min(o["wm"] for o in active)
+    gens = [o["gen"] for o in active if o["gen"] is not None]
+    if upstream_tasks is not None:
+        return {"wm": wm, "gen": min(gens) if gens else None, "ups": {u: wm for u in range(upstream_tasks)},
+                "idle": [], "n": upstream_tasks, "off": False}
+    ups: dict[int, int] = {}
+    for o in olds:
+        for u, w in o["ups"].items():
+            ups[int(u)] = min(ups.get(int(u), w), w)
+    idle = set.intersection(*(set(o["idle"]) for o in olds))
+    return {"wm": wm, "gen": min(gens) if gens else None, "ups": ups, "idle": sorted(idle),
+            "n": max(o["n"] for o in olds), "off": all(o.get("off", False) for o in olds)}
 
 
 def control_header(upstream: int, count: int, watermark: int | None) -> bytes:

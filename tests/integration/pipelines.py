@@ -633,3 +633,42 @@ def spark_state() -> Pipeline:
     src.sum(lambda r: r["v"], name="sums").to(Topic(f"ss-sums-{s}"), name="to-sums")
     src.count(name="counts").to(Topic(f"ss-counts-{s}"), name="to-counts")
     return p
+
+
+BUCKET_MS = 2_000
+
+
+class BucketSums(ProcessFunction):
+    """Per user: the sum of ``v`` over each 2-second bucket of event time, kept in a map state
+    and emitted as {"user", "bucket", "sum"} by an event-time timer at the bucket's last
+    millisecond: a bucket the watermark has not passed is a pending timer."""
+
+    def open(self, ctx: ProcessContext) -> None:
+        self.sums = ctx.map_state("sums")
+
+    def process(self, key: Any, value: Any, ctx: ProcessContext) -> None:
+        bucket = ctx.timestamp // BUCKET_MS * BUCKET_MS
+        was = self.sums.get(str(bucket))
+        if was is None:
+            ctx.register_event_timer(bucket + BUCKET_MS - 1)
+        self.sums.put(str(bucket), (was or 0) + value["v"])
+
+    def on_timer(self, timestamp: int, key: Any, ctx: ProcessContext) -> None:
+        bucket = timestamp - BUCKET_MS + 1
+        ctx.emit({"user": key, "bucket": bucket, "sum": self.sums.get(str(bucket))})
+        self.sums.remove(str(bucket))
+
+
+def rescaled() -> Pipeline:
+    """Readings {"g", "ts", "v"} keyed by user (``rs-in-<suffix>``, its partition count the
+    test's, event time from ``ts``, bound 0): ``BucketSums`` per user (step ``buckets``, timers)
+    -> ``rs-buckets-<suffix>``; key_by group (``by-group``) -> one-second tumbling windows
+    counted (``per-second``) -> ``rs-windows-<suffix>``."""
+    s = _suffix()
+    p = Pipeline(f"rs-{s}")
+    src = p.source(Topic(f"rs-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde()),
+                   watermarks=WatermarkStrategy.bounded_out_of_orderness(0, timestamp="ts"), name="in")
+    src.process(BucketSums(), name="buckets").to(Topic(f"rs-buckets-{s}"), name="to-buckets")
+    src.key_by(lambda r: r["g"], name="by-group").window(TumblingWindows(1_000)).count(name="per-second") \
+        .to(Topic(f"rs-windows-{s}", key_serde=JsonSerde()), name="to-windows")
+    return p
