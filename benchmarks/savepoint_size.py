@@ -1,0 +1,150 @@
+"""The time and size of a savepoint of 1,000,000 keys: one ``fw run`` process of
+``apps/count_app.py`` (a count per key, in RocksDB with its changelog) counts a topic of
+``--keys`` keys, once each, on the broker of ``FW_BOOTSTRAP_SERVERS``; once it has committed
+every record it is stopped, and
+
+- ``fw savepoint create`` is timed (seconds from the command to its end, its CPU seconds and
+  peak RSS), and the savepoint's size on disk measured;
+- ``fw savepoint restore`` of it onto the stopped service is timed the same way;
+- a new ``fw run`` process (its state directory deleted) restores the state from the
+  changelogs the savepoint wrote: the seconds to its last ``restored counts[p]`` line.
+
+    .venv/bin/python benchmarks/savepoint_size.py                 # 1,000,000 keys
+    .venv/bin/python benchmarks/savepoint_size.py --keys 100000
+
+Results go to ``results/<timestamp>-savepoint-size.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka.admin import AdminClient
+
+from benchmarks.suite import (
+    PY,
+    RESULTS,
+    GroupProgress,
+    ProcTree,
+    create_topics,
+    launch_spec,
+    log,
+    machine,
+    stop,
+)
+from benchmarks.table_memory import du, group_stable, produce_versions
+from framework.config import Config
+
+APP = "benchmarks.apps.count_app:pipeline"
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """Seconds from ``cmd``'s start to its end, its CPU seconds and its peak RSS in MB (its
+    process tree's, sampled)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    tree = ProcTree(proc.pid)
+    cpu, hwm = 0.0, 0
+    while proc.poll() is None:
+        cpu, _, hwm = tree.sample()  # both kept per process, so they only grow
+        time.sleep(0.1)
+    took = time.monotonic() - t0
+    output = proc.stdout.read().decode() if proc.stdout else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[2:])} failed: {output[-3000:]}")
+    return took, cpu, hwm / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds for the fill")
+    ap.add_argument("--bootstrap", default=Config.load().kafka.bootstrap_servers)
+    args = ap.parse_args()
+    run = time.strftime("%Y%m%d-%H%M%S")
+    tag = uuid.uuid4().hex[:8]
+    topic, out, group = f"bench-sp-{tag}-customers", f"bench-sp-{tag}-out", f"bench-sp-{tag}"
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    create_topics(admin, [topic, out])
+    work = Path(tempfile.mkdtemp(prefix="bench-savepoint-"))
+    state, saved = work / "state", work / "savepoint"
+    spec = launch_spec("fw-1", "w2", "exactly_once", args.bootstrap, topic, out, group, str(state), 1000, 1, 1)
+    env = {**spec.env, "FW_LOG_LEVEL": "WARNING"}
+    cmd = [PY, "-m", "framework.cli", "run", APP, "--log-level", "WARNING"]
+    logs = RESULTS / "logs" / run
+    logs.mkdir(parents=True, exist_ok=True)
+    res: dict[str, Any] = {"run": run, "machine": machine(), "keys": args.keys, "command": f"fw run {APP}",
+                           "loadavg_before": os.getloadavg()}
+    logf = open(logs / f"{group}.log", "w")
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not group_stable(admin, group):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the service did not join its group (log {logf.name})")
+            time.sleep(0.5)
+        t0 = time.monotonic()
+        total = produce_versions(args.bootstrap, topic, args.keys, 1)
+        prog = GroupProgress(args.bootstrap, group, [topic], out)
+        try:
+            while prog.committed() < total:
+                if proc.poll() is not None or time.monotonic() > t0 + args.timeout:
+                    raise SystemExit(f"the counts did not fill: {prog.committed():,} of {total:,} (log {logf.name})")
+                time.sleep(0.5)
+        finally:
+            prog.close()
+        res.update(records=total, fill_s=round(time.monotonic() - t0, 1))
+    finally:
+        stop(proc)
+        logf.close()
+    log(f"{total:,} keys counted in {res['fill_s']} s; the service stopped")
+    fw = [PY, "-m", "framework.cli"]
+    took, cpu, rss = timed([*fw, "savepoint", "create", APP, "--path", str(saved)], env)
+    res.update(create_s=round(took, 1), create_cpu_s=round(cpu, 1), create_peak_rss_mb=round(rss, 1),
+               savepoint_mb=round(du(saved) / 2**20, 1))
+    log(f"savepoint created in {took:.1f} s, {res['savepoint_mb']} MB on disk")
+    took, cpu, rss = timed([*fw, "savepoint", "restore", APP, str(saved)], env)
+    res.update(restore_s=round(took, 1), restore_cpu_s=round(cpu, 1), restore_peak_rss_mb=round(rss, 1))
+    log(f"savepoint restored in {took:.1f} s")
+    subprocess.run(["rm", "-rf", str(state)], check=True)
+    log_path = logs / f"{group}-restart.log"
+    logf = open(log_path, "w")
+    t0 = time.monotonic()
+    proc = subprocess.Popen([*cmd[:-1], "INFO"], env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    tree = ProcTree(proc.pid)
+    try:
+        while log_path.read_text().count("restored counts[") < 4:
+            tree.sample()
+            if proc.poll() is not None or time.monotonic() > t0 + args.timeout:
+                raise SystemExit(f"the member did not restore (log {log_path})")
+            time.sleep(0.2)
+        res["member_restore_s"] = round(time.monotonic() - t0, 1)
+    finally:
+        stop(proc)
+        logf.close()
+    log(f"a member restored the savepoint's state in {res['member_restore_s']} s")
+    res["loadavg_after"] = os.getloadavg()
+    admin.delete_topics([t for t in admin.list_topics(timeout=10).topics if t.startswith(group)], operation_timeout=30)
+    subprocess.run(["rm", "-rf", str(work)], check=False)
+    path = RESULTS / f"{run}-savepoint-size.json"
+    path.write_text(json.dumps(res, indent=1) + "\n")
+    log(json.dumps({k: v for k, v in res.items() if k != "machine"}))
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
