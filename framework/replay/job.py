@@ -530,6 +530,10 @@ class _Progress(threading.Thread):
         """The stage is over: no more lines, and the one in place is cleared."""
         self.done.set()
         if self.ident is not None:  # started: its last line is out before this one's clearing
+            try:  # an empty report wakes its wait for one (up to 0.5 s, which every stage's end waited)
+                self.sock.sendto(b"", ("127.0.0.1", self.address[1]))
+            except OSError:  # it has closed its socket: it is ending
+                pass
             self.join(timeout=2.0)
         if self.shown:
             sys.stdout.write("\r\x1b[K")

@@ -574,6 +574,18 @@ def test_progress_refreshes_one_line_in_place_on_a_terminal_and_prints_lines_oth
         assert out == f"{line}\n{line}\n"
 
 
+def test_the_end_of_a_stage_wakes_the_progress_thread_waiting_for_a_report() -> None:
+    """``stop`` does not wait for the thread's wait for a task's report to run out: it wakes
+    it (here the wait would never end)."""
+    from framework.replay.job import _Progress
+
+    progress = _Progress(_Spark(), "stage 0", total=10)  # type: ignore[arg-type]
+    progress.sock.settimeout(None)
+    progress.start()
+    progress.stop()
+    assert not progress.is_alive()
+
+
 def test_progress_of_a_stage_of_unknown_size_says_what_it_read() -> None:
     from framework.replay.job import _Progress
 
