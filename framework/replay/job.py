@@ -8,8 +8,8 @@ its ranges and the task reads them itself; each stage runs its tasks with ``mapI
 runs them over plain RDDs instead, without Spark SQL: ``_plain_rdd``); its ``next`` rows are
 shuffled by the framework's partitioner and sorted on their merge key for the next stage.
 Nothing is collected to the driver but each task's counters (and the few keys an order check
-refuses: ``check_order``). A Kafka backfill and a bootstrap write from the tasks themselves, through ``ResumableWriter``: a retried or recomputed Spark task writes nothing
-twice.
+refuses: ``check_order``). A Kafka backfill and a bootstrap write from the tasks themselves,
+through ``ResumableWriter``: a retried or recomputed Spark task writes nothing twice.
 
 This is the only module (with the rest of ``framework/replay`` it is shipped with) that
 imports pyspark.
@@ -682,8 +682,7 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     """Every stage, then (bootstrap) the handover offsets; returns the job's totals (its
     seconds from when Spark is ready: a replay that needs a Spark SQL session, every one but
     a plain RDD job, has it made before)."""
-    plain = _plain_rdd(plan)
-    spark = None if plain else _session()  # an archive is read by Spark SQL: never plain
+    spark = None if _plain_rdd(plan) else _session()  # an archive is read by Spark SQL: never plain
     started = time.monotonic()
     if plan.archive:
         assert spark is not None
