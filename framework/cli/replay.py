@@ -21,7 +21,8 @@ from framework.kafka.offsets import resolve_ranges
 from framework.pipeline.loading import load_pipeline
 from framework.replay import launch, ledger
 from framework.replay.order import order_checks
-from framework.replay.plan import ReplayPlan, check_contract, definition_of, output_topics, stage_topics, store_stages
+from framework.replay.plan import (SMALL_RANGE, ReplayPlan, check_contract, choose_reader, definition_of,
+                                   output_topics, stage_topics, store_stages)
 from framework.replay.submit import (cache_dir, class_archive, command, connector_jars, environment, package,
                                      remove_unused, spark_launch_home)
 from framework.runtime.topics import ensure_service_topics, producer_max_bytes, size_config, written_limits
@@ -95,9 +96,10 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
 @click.option("--allow-nondeterministic", is_flag=True,
               help="Replay a pipeline with steps whose results replay cannot reproduce, or whose input the data "
                    "shows live processing could interleave otherwise (docs/replay.md).")
-@click.option("--reader", type=click.Choice(["spark", "librdkafka"]), default="spark", show_default=True,
+@click.option("--reader", type=click.Choice(["auto", "spark", "librdkafka"]), default="auto", show_default=True,
               help="How the topics are read: Spark's Kafka source, or each Spark task reads its partitions "
-                   "with the framework's own Kafka client (librdkafka; less CPU, docs/replay.md).")
+                   f"with the framework's own Kafka client (librdkafka; less CPU); auto: librdkafka for at most "
+                   f"{SMALL_RANGE:,} records, else spark (docs/replay.md).")
 @click.option("--again", is_flag=True,
               help="Write a backfill that completed before once more, into topics or a path that hold nothing yet.")
 @click.option("--clean", is_flag=True,
@@ -125,7 +127,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     if again and output == "none":
         raise click.BadParameter("--again writes a backfill again: give --output topic or parquet:PATH",
                                  param_hint="--again")
-    if archive and reader != "spark":
+    if archive and reader == "librdkafka":
         raise click.BadParameter("an archive is read by Spark: leave --reader out with --archive",
                                  param_hint="--reader")
     issues = check_contract(pipeline)
@@ -134,13 +136,14 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
         raise click.UsageError(f"replay cannot reproduce what {target} computes:\n{lines}\nPass "
                                "--allow-nondeterministic to replay it anyway (what it reproduces: docs/replay.md)")
     store_stages(pipeline)  # refuses a step fed by several stages
-    if reader == "spark":  # the Java client must be able to take the security settings
-        java_security(config.kafka.security, "fw replay --reader spark")
     if not dry_run:
         environment()  # Java and Spark: a missing one is said before any work on the cluster
     settings = config.kafka.client_settings()
     sources = [s.topic.name for s in pipeline.sources()]
     ranges = {} if archive else resolve_ranges(settings, sources, start, end, group=pipeline.name)
+    reader = choose_reader(reader, ranges, bool(archive))
+    if reader == "spark":  # the Java client must be able to take the security settings
+        java_security(config.kafka.security, "fw replay --reader spark")
     tables = [g.topic.name for g in pipeline.global_tables()]
     if tables and archive:
         raise click.UsageError(f"{target} joins global tables ({', '.join(tables)}), which an archive does not "

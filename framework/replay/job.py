@@ -4,12 +4,12 @@ Stage 0 reads the source ranges with Spark's Kafka batch source (committed recor
 headers included), or a Parquet archive, or (``--reader librdkafka``) gives each task only
 its ranges and the task reads them itself; each stage runs its tasks with ``mapInArrow``
 (``framework.replay.stage``), one partition number after the other within a Spark partition
-(a replay of one stage whose tasks read their ranges and return only counters runs them over
-a plain RDD instead: ``_counters_only``); its ``next`` rows are shuffled by the framework's
-partitioner and sorted on their merge key for the next stage. Nothing is collected to the
-driver but each task's counters (and the few keys an order check refuses: ``check_order``). A Kafka backfill and a bootstrap write from the tasks
-themselves, through ``ResumableWriter``: a retried or recomputed Spark task writes nothing
-twice.
+(a replay whose tasks read their ranges and write no Parquet, of one stage or a small range,
+runs them over plain RDDs instead, without Spark SQL: ``_plain_rdd``); its ``next`` rows are
+shuffled by the framework's partitioner and sorted on their merge key for the next stage.
+Nothing is collected to the driver but each task's counters (and the few keys an order check
+refuses: ``check_order``). A Kafka backfill and a bootstrap write from the tasks themselves,
+through ``ResumableWriter``: a retried or recomputed Spark task writes nothing twice.
 
 This is the only module (with the rest of ``framework/replay`` it is shipped with) that
 imports pyspark.
@@ -39,7 +39,7 @@ from framework.replay.daemon_path.fw_local_daemon import prefer_installed
 # compiled at install) when the zip is that package's (fw_local_daemon's docstring).
 prefer_installed(sys.path)
 
-from pyspark import SparkConf, SparkContext, StorageLevel  # noqa: E402 - after the path's fix
+from pyspark import RDD, SparkConf, SparkContext, StorageLevel  # noqa: E402 - after the path's fix
 from pyspark.sql import DataFrame, SparkSession, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 # The rows a stage returns, as Arrow types. pyarrow is imported where Arrow batches are made:
-# a task over a plain RDD (``_counters_only``) makes none, and its Python worker starts 0.1 s
+# a task over a plain RDD (``_plain_rdd``) makes none, and its Python worker starts 0.1 s
 # sooner without it.
 ROW_TYPES = [
     ("kind", "string"), ("pid", "int64"), ("k1", "int64"), ("k2", "int64"), ("k3", "int64"), ("topic", "string"),
@@ -231,7 +231,7 @@ def _encode_headers(headers: list[tuple[str, bytes | None]]) -> str:
                        for k, v in headers])
 
 
-_HEADERS = Row._fields.index("headers")
+_TOPIC, _KEY, _VALUE, _TS, _HEADERS = (Row._fields.index(f) for f in ("topic", "key", "value", "ts", "headers"))
 
 
 def _arrow_schema() -> pa.Schema:
@@ -287,19 +287,49 @@ def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None 
     return run
 
 
-def counters_function(plan_json: str, progress: tuple[str, int] | None = None) -> Any:
-    """The function of a stage that reads its own ranges and returns only its tasks'
-    counters (``_counters_only``), over a plain RDD of ``(task, ranges)``: each task's stats
-    as JSON."""
+def rdd_function(plan_json: str, stage: int, progress: tuple[str, int] | None = None) -> Any:
+    """The function of ``stage`` in a replay of plain RDD jobs (``_plain_rdd``): its input is
+    stage 0's ``(task, ranges)``, one task per Spark partition, or a later stage's
+    ``(merge key, row)`` pairs, sorted (``_next_rdd``); its output the tasks' rows as tuples:
+    ``next`` and ``clock`` rows for the next stage, and each task's ``stats``."""
 
-    def run(tasks: Iterator[tuple[int, str]]) -> Iterator[str]:
+    def run(items: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
         plan, pipeline = _setup(plan_json)
-        for row in _run_tasks(plan, pipeline, 0, _read_ranges(tasks, plan, _Reporter(progress, 0))):
-            if row.kind != "stats":
-                raise PipelineError(f"a replay task of the only stage returned a {row.kind!r} row")
-            yield row.text or ""
+        report = _Reporter(progress, stage)
+        chunks = _read_ranges(items, plan, report) if stage == 0 else _shuffled_chunks(items, report)
+        for row in _run_tasks(plan, pipeline, stage, chunks):
+            if row.kind == "out":  # kept for Parquet only, which a plain RDD replay does not write
+                raise PipelineError(f"a replay task of stage {stage} returned an output row")
+            yield tuple(row)
 
     return run
+
+
+def _shuffled_chunks(pairs: Iterator[tuple[Any, tuple[Any, ...]]], report: _Reporter
+                     ) -> Iterator[tuple[int, list[Record] | Carry]]:
+    """``_chunks`` of the previous stage's rows as ``_next_rdd`` hands them on: ``(task,
+    records)`` runs and ``(task, clock)``; a record takes its position in its task's input as
+    offset (as ``stage.run_locally`` gives it)."""
+    for pid, group in itertools.groupby(pairs, key=lambda pair: pair[0][0]):
+        counter = itertools.count()
+        run: list[Record] = []
+        for _, row in group:
+            if row[0] == "clock":
+                yield from _flushed(pid, run, report)
+                run = []
+                yield pid, Carry(row[_VALUE])
+                continue
+            run.append(Record(row[_TOPIC], pid, next(counter), row[_KEY], row[_VALUE], row[_TS], row[_HEADERS]))
+            if len(run) >= _OUT_BATCH:
+                yield from _flushed(pid, run, report)
+                run = []
+        yield from _flushed(pid, run, report)
+
+
+def _flushed(pid: int, run: list[Record], report: _Reporter) -> Iterator[tuple[int, list[Record]]]:
+    if run:
+        report.add(len(run))
+        yield pid, run
 
 
 def _injected_fault(stage: int, pid: int, name: str = "FW_REPLAY_FAULT") -> int | None:
@@ -372,12 +402,16 @@ def _task_ranges(plan: ReplayPlan) -> list[tuple[int, str]]:
     return [(p, json.dumps({t: parts[p] for t, parts in sorted(plan.ranges.items()) if p in parts})) for p in pids]
 
 
-def _counters_only(plan: ReplayPlan) -> bool:
-    """Whether the replay's tasks read their own ranges and return nothing but their counters:
-    one stage (no repartition), read by ``--reader librdkafka``, writing to topics or nowhere.
-    That stage runs as a plain RDD job, without Spark SQL's planning of a frame and of its
-    Arrow function, which cost a replay 2.3 s before its first record (benchmarks/NOTES.md)."""
-    return len(plan.stages) == 1 and plan.reads_in_tasks and not plan.output.startswith("parquet:")
+def _plain_rdd(plan: ReplayPlan) -> bool:
+    """Whether the replay runs as plain RDD jobs, without Spark SQL: its tasks read their own
+    ranges (``--reader librdkafka``) and return nothing but their counters and the next stage's
+    rows (they write to topics or nowhere, not to Parquet), and it has one stage or a small
+    range (``ReplayPlan.small``). Spark SQL's session, and its planning of a frame and of its
+    Arrow function, cost a replay 2.3 s before its first record (benchmarks/NOTES.md). Between
+    stages the rows then go through Python's pickling and sorting instead of the JVM's, which
+    a larger range leaves to Spark SQL."""
+    return (plan.reads_in_tasks and not plan.output.startswith("parquet:")
+            and (len(plan.stages) == 1 or plan.small))
 
 
 def _source_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
@@ -400,6 +434,14 @@ def _source_frame(spark: SparkSession, plan: ReplayPlan) -> DataFrame:
                                .rowsBetween(Window.unboundedPreceding, Window.currentRow))
     df = df.withColumn("k1", running).withColumn("k2", index).withColumn("k3", F.col("offset"))
     return df.repartition(plan.partitions, "pid").sortWithinPartitions("pid", "k1", "k2", "k3")
+
+
+def _next_rdd(rows: RDD[tuple[Any, ...]], plan: ReplayPlan) -> RDD[tuple[Any, ...]]:
+    """``_next_frame`` of a plain RDD replay: the ``next`` and ``clock`` rows keyed by their task
+    and merge key, task ``p`` in Spark partition ``p``, sorted."""
+    kept = rows.filter(lambda row: row[0] != "stats")
+    return kept.keyBy(lambda row: row[1:5]).repartitionAndSortWithinPartitions(
+        plan.partitions, partitionFunc=lambda key: key[0])
 
 
 def _next_frame(result: DataFrame, plan: ReplayPlan) -> DataFrame:
@@ -488,26 +530,27 @@ class _Progress(threading.Thread):
         """The stage is over: no more lines, and the one in place is cleared."""
         self.done.set()
         if self.ident is not None:  # started: its last line is out before this one's clearing
+            try:  # an empty report wakes its wait for one (up to 0.5 s, which every stage's end waited)
+                self.sock.sendto(b"", ("127.0.0.1", self.address[1]))
+            except OSError:  # it has closed its socket: it is ending
+                pass
             self.join(timeout=2.0)
         if self.shown:
             sys.stdout.write("\r\x1b[K")
             sys.stdout.flush()
 
 
-def run_stage(sc: SparkContext, plan: ReplayPlan, stage: int, frame: DataFrame | None
-              ) -> tuple[DataFrame | None, dict[str, Any]]:
-    """Runs ``stage`` over ``frame`` (None: a ``_counters_only`` stage, which makes its own
-    input); returns its result (None when nothing reads it) and its totals."""
+def run_stage(sc: SparkContext, plan: ReplayPlan, stage: int, frame: DataFrame | RDD[Any] | None
+              ) -> tuple[DataFrame | RDD[Any] | None, dict[str, Any]]:
+    """Runs ``stage`` over ``frame`` (an RDD, or None for stage 0: a plain RDD replay,
+    ``_rdd_stage``); returns its result (None when nothing reads it) and its totals."""
     started = time.monotonic()
     progress = _Progress(sc, f"stage {stage}", plan.records if stage == 0 else None)
     progress.start()
-    result = None
+    result: DataFrame | RDD[Any] | None = None
     try:
-        if frame is None:
-            tasks = _task_ranges(plan)
-            rdd = sc.parallelize(tasks, max(len(tasks), 1))  # a task per Spark partition
-            texts = rdd.mapPartitions(counters_function(plan.to_json(), progress.address)).collect()
-            stats = [json.loads(text) for text in texts]
+        if frame is None or isinstance(frame, RDD):
+            result, stats = _rdd_stage(sc, plan, stage, frame, progress.address)
         else:
             result = frame.mapInArrow(stage_function(plan.to_json(), stage, progress.address), SPARK_SCHEMA)
             if stage + 1 < len(plan.stages) or plan.output.startswith("parquet:"):
@@ -521,12 +564,27 @@ def run_stage(sc: SparkContext, plan: ReplayPlan, stage: int, frame: DataFrame |
         progress.stop()
     totals = _stage_totals(stats, started)
     print(f"[replay] stage {stage} ({', '.join(plan.stages[stage])}): {summary(totals)}", flush=True)
-    if result is not None and plan.output.startswith("parquet:"):
+    if isinstance(result, DataFrame) and plan.output.startswith("parquet:"):
         outputs = result.where(F.col("kind") == "out").select(
             "topic", "partition", "key", "value", F.timestamp_millis("ts").alias("timestamp"),
             F.from_json("headers", KAFKA_HEADERS).alias("headers"))
         outputs.write.mode("append").partitionBy("topic").parquet(_staging(plan))
     return result, totals
+
+
+def _rdd_stage(sc: SparkContext, plan: ReplayPlan, stage: int, upstream: RDD[Any] | None,
+               progress: tuple[str, int]) -> tuple[RDD[Any] | None, list[dict[str, Any]]]:
+    """``stage`` of a plain RDD replay over ``upstream`` (``_next_rdd``; None: stage 0, a task
+    per Spark partition with its ranges); returns the rows the next stage reads (kept on disk:
+    read again, by the next stage's shuffle) or None after the last stage, and the tasks' stats."""
+    if upstream is None:
+        tasks = _task_ranges(plan)
+        upstream = sc.parallelize(tasks, max(len(tasks), 1))
+    rows = upstream.mapPartitions(rdd_function(plan.to_json(), stage, progress))
+    if stage + 1 == len(plan.stages):
+        return None, [json.loads(row[-1]) for row in rows.collect()]  # the last stage returns its stats only
+    rows = rows.persist(StorageLevel.DISK_ONLY)
+    return rows, [json.loads(row[-1]) for row in rows.filter(lambda row: row[0] == "stats").collect()]
 
 
 # -- Parquet output: staged, then published ------------------------------------------------------
@@ -624,7 +682,7 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     """Every stage, then (bootstrap) the handover offsets; returns the job's totals (its
     seconds from when Spark is ready: a replay that needs a Spark SQL session, every one but
     a plain RDD job, has it made before)."""
-    spark = None if _counters_only(plan) else _session()  # an archive is read by Spark SQL: never counters only
+    spark = None if _plain_rdd(plan) else _session()  # an archive is read by Spark SQL: never plain
     started = time.monotonic()
     if plan.archive:
         assert spark is not None
@@ -636,7 +694,7 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
         prepare_bootstrap(_kafka_settings(plan), plan)
     if plan.output.startswith("parquet:"):
         prepare_parquet(sc, plan)
-    frame = None if spark is None else _source_frame(spark, plan)
+    frame: DataFrame | RDD[Any] | None = None if spark is None else _source_frame(spark, plan)
     grand: dict[str, Any] = {"records read": plan.records}
     busy = 0.0
     for stage in range(len(plan.stages)):
@@ -647,7 +705,7 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
         busy += totals["processing seconds"]
         if stage + 1 < len(plan.stages):
             assert result is not None  # persisted for this stage
-            frame = _next_frame(result, plan)
+            frame = _next_rdd(result, plan) if isinstance(result, RDD) else _next_frame(result, plan)
     if plan.output.startswith("parquet:"):
         publish_parquet(sc, plan)
     if plan.bootstrap:
@@ -822,7 +880,7 @@ def _said(code: int) -> None:
 
 def _session() -> SparkSession:
     """Spark SQL's session over the running context (0.6 s to make): ``fw archive`` and every
-    replay but a plain RDD job (``_counters_only``) make it before they start."""
+    replay but one of plain RDD jobs (``_plain_rdd``) make it before they start."""
     return SparkSession.builder.getOrCreate()
 
 

@@ -167,7 +167,33 @@ class ReplayPlan:
 
     @property
     def records(self) -> int:
-        return sum(end - start for parts in self.ranges.values() for start, end in parts.values())
+        return range_records(self.ranges)
+
+    @property
+    def small(self) -> bool:
+        """A range of at most ``SMALL_RANGE`` records (``choose_reader``)."""
+        return self.records <= SMALL_RANGE
+
+
+# A replay of this many records or fewer is mostly Spark's start-up (docs/replay.md, "How long a
+# small replay takes"). ``--reader auto`` reads such a range in the tasks (``choose_reader``), and
+# its stages run as plain RDD jobs, without Spark SQL's session and planning (``job._plain_rdd``).
+SMALL_RANGE = 100_000
+
+
+def range_records(ranges: Mapping[str, Mapping[int, list[int]]]) -> int:
+    """How many offsets ``ranges`` (per topic, per partition, ``[start, end)``) span."""
+    return sum(end - start for parts in ranges.values() for start, end in parts.values())
+
+
+def choose_reader(asked: str, ranges: Mapping[str, Mapping[int, list[int]]], archive: bool) -> str:
+    """The reader of stage 0 for ``fw replay --reader asked``: ``auto`` is ``librdkafka`` for
+    a range of topics of at most ``SMALL_RANGE`` records (a warm 4,000-record replay ended
+    4-5 s sooner: no Spark SQL session, benchmarks/NOTES.md), else ``spark`` (an archive is
+    always read by Spark)."""
+    if asked != "auto":
+        return asked
+    return "librdkafka" if range_records(ranges) <= SMALL_RANGE and not archive else "spark"
 
 
 def backfill_group(service: str, backfill: str) -> str:

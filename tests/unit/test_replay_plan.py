@@ -21,8 +21,8 @@ from framework.engine.record import Record
 from framework.errors import PipelineError
 from framework.kafka.offsets import _Log, parse_time
 from framework.pipeline import Pipeline, Topic
-from framework.replay.plan import (ReplayPlan, check_contract, definition_of, input_stages, stage_topics,
-                                   store_stages)
+from framework.replay.plan import (SMALL_RANGE, ReplayPlan, check_contract, choose_reader, definition_of,
+                                   input_stages, stage_topics, store_stages)
 from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
 from framework.replay.daemon_path.fw_local_daemon import _installed_copies, prefer_installed
 from framework.replay import submit
@@ -262,6 +262,40 @@ def test_arrow_batches_become_runs_of_records_per_task_with_their_headers_and_cl
         (b"a", 7, list(headers)), (b"b", 8, None)]
     assert clock == Carry(b"clock")
     assert isinstance(last, list) and [(r.key(), r.value()) for r in last] == [(b"c", b"3")]
+
+
+def test_rows_shuffled_between_stages_of_plain_rdd_jobs_become_runs_of_records_per_task() -> None:
+    """A later stage of a plain RDD replay gets the earlier stage's rows sorted by task and merge
+    key: each task's records in runs with their headers, offsets counting its input from 0 (as
+    ``run_locally``), and its carried clock on its own."""
+    from framework.replay.job import _shuffled_chunks
+    from framework.replay.stage import Carry, Row
+
+    def pair(row: Row) -> tuple[tuple[int, ...], tuple[object, ...]]:
+        return (row.pid, row.k1, row.k2, row.k3), tuple(row)
+
+    rows = [Row("next", 0, 5, 1, 0, "t", 0, b"a", b"1", 10, [("h", b"v")], None),
+            Row("next", 0, 5, 2, 0, "t", 0, b"b", b"2", 11, None, None),
+            Row("clock", 0, 2**62, 0, 0, None, 0, None, b"clock", 0, None, None),
+            Row("next", 1, 5, 1, 1, "t", 1, b"c", b"3", 12, None, None)]
+    runs = list(_shuffled_chunks(iter([pair(r) for r in rows]), SimpleNamespace(add=lambda n: None)))  # type: ignore[arg-type]
+    assert [pid for pid, _ in runs] == [0, 0, 1]
+    first, clock, last = (chunk for _, chunk in runs)
+    assert isinstance(first, list) and [(r.topic(), r.key(), r.offset(), r.timestamp()[1], r.headers())
+                                        for r in first] == [("t", b"a", 0, 10, [("h", b"v")]), ("t", b"b", 1, 11, None)]
+    assert clock == Carry(b"clock")
+    assert isinstance(last, list) and [(r.key(), r.offset()) for r in last] == [(b"c", 0)]
+
+
+@pytest.mark.parametrize(("asked", "records", "archive", "reader"), [
+    ("auto", SMALL_RANGE, False, "librdkafka"), ("auto", SMALL_RANGE + 1, False, "spark"),
+    ("auto", 0, True, "spark"), ("spark", 10, False, "spark"), ("librdkafka", SMALL_RANGE * 2, False, "librdkafka")])
+def test_the_automatic_reader_reads_a_small_range_of_topics_in_the_tasks(asked: str, records: int, archive: bool,
+                                                                        reader: str) -> None:
+    """``--reader auto``: the tasks read a range of at most ``SMALL_RANGE`` records themselves,
+    Spark's source a larger one and an archive; a reader named is the one used."""
+    ranges = {"a": {0: [5, 5 + records // 2]}, "b": {3: [0, records - records // 2]}}
+    assert choose_reader(asked, ranges, archive) == reader
 
 
 def _confs(cmd: list[str]) -> list[str]:
@@ -538,6 +572,18 @@ def test_progress_refreshes_one_line_in_place_on_a_terminal_and_prints_lines_oth
         assert out == f"\r{line}\x1b[K\r{line}\x1b[K\r\x1b[K"
     else:
         assert out == f"{line}\n{line}\n"
+
+
+def test_the_end_of_a_stage_wakes_the_progress_thread_waiting_for_a_report() -> None:
+    """``stop`` does not wait for the thread's wait for a task's report to run out: it wakes
+    it (here the wait would never end)."""
+    from framework.replay.job import _Progress
+
+    progress = _Progress(_Spark(), "stage 0", total=10)  # type: ignore[arg-type]
+    progress.sock.settimeout(None)
+    progress.start()
+    progress.stop()
+    assert not progress.is_alive()
 
 
 def test_progress_of_a_stage_of_unknown_size_says_what_it_read() -> None:
