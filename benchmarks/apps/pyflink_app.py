@@ -34,13 +34,25 @@ from pyflink.common.serialization import ByteArraySchema, SerializationSchema  #
 from pyflink.datastream import CheckpointingMode, StreamExecutionEnvironment  # noqa: E402
 from pyflink.datastream.connectors.base import DeliveryGuarantee  # noqa: E402
 from pyflink.datastream.connectors.kafka import (  # noqa: E402
-    KafkaOffsetsInitializer, KafkaRecordSerializationSchema, KafkaSink, KafkaSource,
+    KafkaOffsetsInitializer,
+    KafkaRecordSerializationSchema,
+    KafkaSink,
+    KafkaSource,
 )
 from pyflink.datastream.functions import AggregateFunction, ProcessWindowFunction  # noqa: E402
 from pyflink.datastream.window import EventTimeSessionWindows, TumblingEventTimeWindows  # noqa: E402
 from pyflink.java_gateway import get_gateway  # noqa: E402
 
-from benchmarks.common import BOUND_MS, GAP_MS, OUTPUT_SCHEMA, WINDOW_MS, keep, mapped, schema, settings  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    BOUND_MS,
+    GAP_MS,
+    OUTPUT_SCHEMA,
+    WINDOW_MS,
+    keep,
+    mapped,
+    schema,
+    settings,
+)
 
 EVENT = Types.TUPLE([Types.STRING(), Types.LONG(), Types.LONG()])  # (key, value, ts)
 OUT = Types.ROW([Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])  # (key, Avro body)
