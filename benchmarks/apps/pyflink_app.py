@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from pyflink.datastream.connectors.kafka import (  # noqa: E402
     KafkaSource,
 )
 from pyflink.datastream.functions import AggregateFunction, ProcessWindowFunction  # noqa: E402
-from pyflink.datastream.window import EventTimeSessionWindows, TumblingEventTimeWindows  # noqa: E402
+from pyflink.datastream.window import EventTimeSessionWindows, TimeWindow, TumblingEventTimeWindows  # noqa: E402
 from pyflink.java_gateway import get_gateway  # noqa: E402
 
 from benchmarks.common import (  # noqa: E402
@@ -100,28 +101,26 @@ class CountSum(AggregateFunction):
         return a[0] + b[0], a[1] + b[1]
 
 
-class Average(ProcessWindowFunction):
-    """W3: (key bytes, WindowAvg body)."""
+class WindowResult(ProcessWindowFunction):
+    """(key bytes, the workload's output body) of a window's (count, sum)."""
 
-    def __init__(self) -> None:
-        self.encode = Codec(OUTPUT_SCHEMA["w3"])
-
-    def process(self, key: str, context: ProcessWindowFunction.Context, elements):  # noqa: ANN001, ANN201
-        count, total = next(iter(elements))
-        w = context.window()
-        yield Row(key.encode(), self.encode({"start": w.start, "end": w.end, "value": total / count}))
-
-
-class Session(ProcessWindowFunction):
-    """W4: (key bytes, Session body); Flink's session window is [first, last + gap)."""
-
-    def __init__(self) -> None:
-        self.encode = Codec(OUTPUT_SCHEMA["w4"])
+    def __init__(self, workload: str, body: Callable[[TimeWindow, int, int], dict]) -> None:
+        self.encode = Codec(OUTPUT_SCHEMA[workload])
+        self.body = body
 
     def process(self, key: str, context: ProcessWindowFunction.Context, elements):  # noqa: ANN001, ANN201
         count, total = next(iter(elements))
-        w = context.window()
-        yield Row(key.encode(), self.encode({"start": w.start, "end": w.end, "value": {"count": count, "sum": total}}))
+        yield Row(key.encode(), self.encode(self.body(context.window(), count, total)))
+
+
+def average(w: TimeWindow, count: int, total: int) -> dict:
+    """W3's WindowAvg."""
+    return {"start": w.start, "end": w.end, "value": total / count}
+
+
+def session(w: TimeWindow, count: int, total: int) -> dict:
+    """W4's Session: Flink's session window is [first, last + gap), the schema's end already."""
+    return {"start": w.start, "end": w.end, "value": {"count": count, "sum": total}}
 
 
 def main() -> None:
@@ -161,10 +160,10 @@ def main() -> None:
                .reduce(lambda a, b: (a[0], a[1] + b[1], a[2] + b[2]))
                .map(lambda a: Row(a[0].encode(), encode({"count": a[1], "sum": a[2]})), output_type=OUT))
     elif s.workload in ("w3", "w4"):
-        windows, result = ((TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)), Average()) if s.workload == "w3"
-                           else (EventTimeSessionWindows.with_gap(Time.milliseconds(GAP_MS)), Session()))
+        windows, body = ((TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)), average) if s.workload == "w3"
+                         else (EventTimeSessionWindows.with_gap(Time.milliseconds(GAP_MS)), session))
         out = (events.key_by(lambda e: e[0], key_type=Types.STRING()).window(windows)
-               .aggregate(CountSum(), result, accumulator_type=Types.TUPLE([Types.LONG(), Types.LONG()]),
+               .aggregate(CountSum(), WindowResult(s.workload, body), accumulator_type=Types.TUPLE([Types.LONG(), Types.LONG()]),
                           output_type=OUT))
     else:
         raise SystemExit(f"unknown workload {s.workload}; Fix: BENCH_WORKLOAD=w1|w2|w3|w4")
