@@ -88,15 +88,15 @@ def log(msg: str) -> None:
 
 # --- data -------------------------------------------------------------------------------
 
-def generate(n: int, seed: int = 42) -> list[tuple[str, int, int]]:
-    """``n`` events (key, value, ts): 10,000 keys, event time advancing 2 ms every 20 records,
-    each ts up to 998 ms behind its position (even timestamps throughout)."""
+def generate(n: int, seed: int = 42, n_keys: int = KEYS) -> list[tuple[str, int, int]]:
+    """``n`` events (key, value, ts): ``n_keys`` keys (10,000), event time advancing 2 ms every
+    20 records, each ts up to 998 ms behind its position (even timestamps throughout)."""
     rng = random.Random(seed)
-    keys = [f"k{i:04d}" for i in range(KEYS)]
+    keys = [f"k{i:04d}" for i in range(n_keys)]
     out = []
     for i in range(n):
         nominal = BASE_TS + 2 * (i // RECORDS_PER_2MS)
-        out.append((keys[rng.randrange(KEYS)], rng.randrange(1000), nominal - 2 * rng.randrange(MAX_JITTER_MS // 2 + 1)))
+        out.append((keys[rng.randrange(n_keys)], rng.randrange(1000), nominal - 2 * rng.randrange(MAX_JITTER_MS // 2 + 1)))
     return out
 
 
@@ -1091,6 +1091,9 @@ def machine() -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000, help="input records (j1: orders)")
+    ap.add_argument("--keys", type=int, default=KEYS,
+                    help="W1-W4: distinct keys of the backlog (the latency phase keeps 10,000); few keys give "
+                         "a small smoke run keyed updates and merging sessions")
     ap.add_argument("--join-keys", type=int, default=JOIN_KEYS,
                     help=f"j1: customers in the table, each updated {JOIN_VERSIONS} times")
     ap.add_argument("--workloads", default="w1,w2,w3,w4")
@@ -1147,7 +1150,7 @@ def main() -> None:
               os.cpu_count() or 1)
     results: dict[str, Any] = {
         "run": run_id, "label": args.label, "machine": machine(), "loadavg_at_start": os.getloadavg(),
-        "config": {"records": args.records, "keys": KEYS, "partitions": PARTITIONS, "commit_interval_ms": args.commit_ms,
+        "config": {"records": args.records, "keys": args.keys, "partitions": PARTITIONS, "commit_interval_ms": args.commit_ms,
                    "window_ms": WINDOW_MS, "watermark_bound_ms": BOUND_MS, "session_gap_ms": GAP_MS,
                    "kstreams_threads": args.ks_threads, "fw_processes_n": ctx.cores,
                    "latency_seconds": args.latency_seconds, "latency_warmup_s": args.latency_warmup,
@@ -1184,7 +1187,7 @@ def main() -> None:
                 join_throughput(ctx, w, join_systems, guarantees, results, save)
         if workloads and ("throughput" in phases or "replay" in phases or args.profile):
             log(f"generating {args.records:,} records")
-            events = generate(args.records)
+            events = generate(args.records, n_keys=args.keys)
             input_topic = f"bench-{ctx.run_id}-input"
             create_topics(ctx.admin, [input_topic])
             t = time.monotonic()

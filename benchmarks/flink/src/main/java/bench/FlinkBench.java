@@ -155,8 +155,9 @@ public final class FlinkBench {
         Properties producer = new Properties();
         producer.setProperty("linger.ms", "5");
         producer.setProperty("compression.type", "lz4");
-        // Flink's default (1 h) is above the broker's transaction.max.timeout.ms (15 min)
-        producer.setProperty("transaction.timeout.ms", "60000");
+        // the broker's transaction.max.timeout.ms (Flink's default of 1 h is above it): a
+        // transaction lasts a checkpoint, however long that takes
+        producer.setProperty("transaction.timeout.ms", "900000");
         out.topic = env("BENCH_OUTPUT");
         return KafkaSink.<T>builder()
                 .setBootstrapServers(env("BENCH_BOOTSTRAP"))
