@@ -35,8 +35,8 @@ def _flink_versions(m: dict) -> str:
 def _flink_setup(systems: list[str]) -> str:
     if not {"flink-1", "flink-2", "pyflink"} & set(systems):
         return ""
-    return (" Flink runs in a local MiniCluster in one JVM (-Xmx1g; PyFlink's JVM and its Python worker process "
-            "counted together), heap state backend, checkpoints to local files.")
+    return (" Flink runs in a local MiniCluster in one JVM (-Xmx1g; PyFlink: the JVM it starts, without a heap "
+            "limit, and its Python worker, counted together), heap state backend, checkpoints to local files.")
 
 
 def _fmt(v: Any, unit: str = "") -> str:
