@@ -180,10 +180,10 @@ def main() -> None:
                           accumulator_type=Types.TUPLE([Types.LONG(), Types.LONG()]), output_type=OUT))
     elif s.workload == "w4":
         # Not aggregate(): PyFlink 2.2.1's aggregating (and reducing) state keeps one accumulator
-        # in a list, and merging two sessions joins their lists, after which add() and get()
-        # take the first accumulator and drop the other (AggregateFunction.merge is never
-        # called; found by the reference check: sessions with too few records). The events'
-        # list merges correctly.
+        # in a list, and merging two sessions joins their lists in the JVM
+        # (AggregateFunction.merge is not called), after which add() and get() take the first
+        # accumulator and drop the other; the reference check found sessions with too few
+        # records. The events' list merges correctly.
         out = (events.key_by(lambda e: e[0], key_type=Types.STRING())
                .window(EventTimeSessionWindows.with_gap(Time.milliseconds(GAP_MS)))
                .process(WindowResult("w4", session, events=True), output_type=OUT))
