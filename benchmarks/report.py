@@ -23,8 +23,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
 PNG = ROOT / "docs" / "benchmarks.png"
-ORDER = ("fw-1", "fw-n", "quix", "kstreams", "raw")
+ORDER = ("fw-1", "fw-n", "quix", "kstreams", "flink-1", "flink-2", "pyflink", "raw")
 G = {"exactly_once": "EOS", "at_least_once": "ALO"}
+
+
+def _flink_versions(m: dict) -> str:
+    """The Flink releases of a run with Flink systems (older results have none)."""
+    return (f", Apache Flink {m['flink']}" if m.get("flink") else "") + (f", PyFlink {m['pyflink']}" if m.get("pyflink") else "")
+
+
+def _flink_setup(systems: list[str]) -> str:
+    if not {"flink-1", "flink-2", "pyflink"} & set(systems):
+        return ""
+    return (" Flink runs in a local MiniCluster in one JVM (-Xmx1g; PyFlink: the JVM it starts, without a heap "
+            "limit, and its Python worker, counted together), heap state backend, checkpoints to local files.")
 
 
 def _fmt(v: Any, unit: str = "") -> str:
@@ -179,13 +191,13 @@ def markdown(d: dict, json_name: str) -> str:
         f"checkpoint/commit interval {c['commit_interval_ms']} ms, "
         f"latency phase {c['latency_seconds']:g} s after {c['latency_warmup_s']:g} s of warm-up.",
         f"- Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}, "
-        f"{m['java']}, Kafka {m['kafka']}; confluent-kafka {m['confluent_kafka']}, Quix Streams {m['quixstreams']}. "
-        "The broker, the system under test and the load generator share the two cores.",
+        f"{m['java']}, Kafka {m['kafka']}; confluent-kafka {m['confluent_kafka']}, Quix Streams {m['quixstreams']}"
+        f"{_flink_versions(m)}. The broker, the system under test and the load generator share the two cores.",
         f"- Load average at start {', '.join(f'{x:.2f}' for x in d['loadavg_at_start'])}; at end "
         f"{', '.join(f'{x:.2f}' for x in d.get('loadavg_at_end', []))}.",
         f"- Systems: {'; '.join('`' + s + '` = ' + d['systems'][s] for s in systems)}. "
         f"`fw-n` runs {c['fw_processes_n']} processes (`fw run --processes {c['fw_processes_n']}`); Kafka Streams runs "
-        f"{c['kstreams_threads']} stream threads in one JVM (-Xmx1g).",
+        f"{c['kstreams_threads']} stream threads in one JVM (-Xmx1g).{_flink_setup(systems)}",
         "",
         "## Throughput over the backlog",
         "",

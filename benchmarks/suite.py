@@ -62,18 +62,24 @@ BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
 PARTITIONS = 4
 BASE_TS = 1_700_000_000_000  # fixed event-time origin (even), so runs are reproducible
-SYSTEMS = ("fw-1", "fw-n", "quix", "kstreams", "raw")
+SYSTEMS = ("fw-1", "fw-n", "quix", "kstreams", "flink-1", "flink-2", "pyflink", "raw")
+FLINK_SYSTEMS = ("flink-1", "flink-2", "pyflink")
 SYSTEM_NAMES = {
     "fw-1": "this framework, 1 process",
     "fw-n": "this framework, 1 process per core",
     "quix": "Quix Streams",
     "kstreams": "Kafka Streams",
+    "flink-1": "Apache Flink (Java DataStream), parallelism 1",
+    "flink-2": "Apache Flink (Java DataStream), parallelism 2",
+    "pyflink": "PyFlink (Python DataStream), parallelism 1",
     "raw": "raw confluent-kafka loop (ceiling)",
 }
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PY = str(ROOT / ".venv" / "bin" / "python")
 QUIX_PY = str(BENCH / ".venv-quix" / "bin" / "python")
 KS_DIR = BENCH / "kstreams"
+FLINK_DIR = BENCH / "flink"
+PYFLINK_PY = str(BENCH / ".venv-pyflink" / "bin" / "python")
 
 
 def log(msg: str) -> None:
@@ -82,15 +88,15 @@ def log(msg: str) -> None:
 
 # --- data -------------------------------------------------------------------------------
 
-def generate(n: int, seed: int = 42) -> list[tuple[str, int, int]]:
-    """``n`` events (key, value, ts): 10,000 keys, event time advancing 2 ms every 20 records,
-    each ts up to 998 ms behind its position (even timestamps throughout)."""
+def generate(n: int, seed: int = 42, n_keys: int = KEYS) -> list[tuple[str, int, int]]:
+    """``n`` events (key, value, ts): ``n_keys`` keys (10,000), event time advancing 2 ms every
+    20 records, each ts up to 998 ms behind its position (even timestamps throughout)."""
     rng = random.Random(seed)
-    keys = [f"k{i:04d}" for i in range(KEYS)]
+    keys = [f"k{i:04d}" for i in range(n_keys)]
     out = []
     for i in range(n):
         nominal = BASE_TS + 2 * (i // RECORDS_PER_2MS)
-        out.append((keys[rng.randrange(KEYS)], rng.randrange(1000), nominal - 2 * rng.randrange(MAX_JITTER_MS // 2 + 1)))
+        out.append((keys[rng.randrange(n_keys)], rng.randrange(1000), nominal - 2 * rng.randrange(MAX_JITTER_MS // 2 + 1)))
     return out
 
 
@@ -510,6 +516,15 @@ def launch_spec(system: str, workload: str, guarantee: str, bootstrap: str, inpu
         cp = f"{KS_DIR / 'target' / 'kstreams-bench-1.jar'}:{(KS_DIR / 'target' / 'classpath.txt').read_text().strip()}"
         return Launch(["java", "-Xms256m", "-Xmx1g", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                        "-cp", cp, "bench.KStreamsBench"], env)
+    if system in ("flink-1", "flink-2"):
+        env.update(BENCH_PARALLELISM=system[-1])
+        cp = f"{FLINK_DIR / 'target' / 'flink-bench-1.jar'}:{(FLINK_DIR / 'target' / 'classpath.txt').read_text().strip()}"
+        return Launch(["java", "-Xms256m", "-Xmx1g", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                       "-cp", cp, "bench.FlinkBench"], env)
+    if system == "pyflink":
+        env.update(BENCH_PARALLELISM="1", BENCH_FLINK_JARS=os.pathsep.join(
+            [str(FLINK_DIR / "target" / "flink-bench-1.jar"), *map(str, (FLINK_DIR / "target" / "pyflink-lib").glob("*.jar"))]))
+        return Launch([PYFLINK_PY, str(BENCH / "apps" / "pyflink_app.py")], env)
     if system == "raw":
         return Launch([PY, str(BENCH / "apps" / "raw_app.py")], env)
     raise ValueError(system)
@@ -590,6 +605,8 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
                 status = f"timed out after {ctx.args.run_timeout}s at {committed}/{total} (log {logf.name})"
                 break
             time.sleep(0.1)
+        if status == "ok" and system in FLINK_SYSTEMS:
+            _settle_outputs(prog, tree, t_launch, samples, 2 * ctx.args.commit_ms / 1000 + 1, deadline)
         # the output's end offset settles (transaction markers of the final commits)
         time.sleep(0.5)
         final_out = prog.output_end()
@@ -608,7 +625,8 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
     res: dict[str, Any] = {"system": system, "workload": workload, "guarantee": guarantee, "records": total,
                            "status": status, "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
     if status == "ok":
-        res.update(_throughput_numbers(samples, total, final_out, workload in ("w1", "w2", "j1")))
+        res.update(_throughput_numbers(samples, total, final_out, workload in ("w1", "w2", "j1"),
+                                       outputs_trail=system in FLINK_SYSTEMS))
     elif status.startswith("timed out"):
         res.update(_partial_rate(samples))
     res["peak_rss_mb"] = round(max(s[5] for s in samples) / 2**20, 1) if samples else None
@@ -623,7 +641,26 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
     return res
 
 
-def _throughput_numbers(samples: list[tuple], total: int, final_out: int, per_record: bool) -> dict[str, Any]:
+def _settle_outputs(prog: GroupProgress, tree: ProcTree, t_launch: float, samples: list[tuple], quiet_s: float,
+                    deadline: float) -> None:
+    """Sample on until the output's end offset has not moved for ``quiet_s``: Flink commits the
+    source's offsets and the sink's transaction each on its own once a checkpoint completes, and
+    a window fired by the watermark after a checkpoint's barrier (the watermark is emitted
+    periodically, not with the sentinel) is written in the next checkpoint's transaction, after
+    the group's offsets already cover every input record."""
+    last_change, last_out = time.monotonic(), prog.output_end()
+    while time.monotonic() - last_change < quiet_s and time.monotonic() < deadline:
+        time.sleep(0.1)
+        out_end = prog.output_end()
+        cpu, rss, hwm = tree.sample()
+        now = time.monotonic()
+        samples.append((now - t_launch, prog.committed(), out_end, cpu, rss, hwm, broker_cpu()))
+        if out_end != last_out:
+            last_change, last_out = now, out_end
+
+
+def _throughput_numbers(samples: list[tuple], total: int, final_out: int, per_record: bool,
+                        outputs_trail: bool = False) -> dict[str, Any]:
     """Records per second while the system works through the backlog, start-up excluded.
 
     Start: for W1/W2 (``per_record``: an output per input from the first record on) the first
@@ -631,7 +668,9 @@ def _throughput_numbers(samples: list[tuple], total: int, final_out: int, per_re
     first; for W3/W4 (outputs only when windows close, the first after a few % of the backlog)
     the group's first commit (c1 records done). End: the last output record appended, i.e. the
     output's end offset within 8 (the final commits' transaction markers) of its final value;
-    or else the moment the group had committed every input offset."""
+    or else the moment the group had committed every input offset. ``outputs_trail`` (Flink:
+    its last outputs can follow the group's final commit, and the samples go on until they
+    settle): the last output record appended, also when it came after that commit."""
     first_commit = next((s for s in samples if s[1] > 0), None)
     done = next((s for s in samples if s[1] >= total), None)
     if first_commit is None or done is None:
@@ -642,7 +681,7 @@ def _throughput_numbers(samples: list[tuple], total: int, final_out: int, per_re
     else:
         start, done_at_start = first_commit, first_commit[1]
     out_done = next((s for s in samples if s[2] >= final_out - 8), done)
-    end = out_done if start[0] < out_done[0] <= done[0] else done
+    end = out_done if start[0] < out_done[0] <= done[0] or (outputs_trail and start[0] < out_done[0]) else done
     n = total - done_at_start
     secs = end[0] - start[0]
     if n < total * 0.5 or secs < 1.0:
@@ -1037,15 +1076,24 @@ def machine() -> dict[str, Any]:
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
     quix = subprocess.run([QUIX_PY, "-c", "import quixstreams; print(quixstreams.__version__)"], capture_output=True,
                           text=True).stdout.strip() if Path(QUIX_PY).exists() else None
+    pom = (FLINK_DIR / "pom.xml").read_text()
+    flink = "{} (Kafka connector {})".format(*(re.search(f"<{t}>(.*?)</{t}>", pom).group(1)  # type: ignore[union-attr]
+                                              for t in ("flink.version", "flink.kafka.version")))
+    pyflink = subprocess.run([PYFLINK_PY, "-c", "import pyflink.version; print(pyflink.version.__version__)"],
+                             capture_output=True, text=True).stdout.strip() if Path(PYFLINK_PY).exists() else None
     import confluent_kafka
     return {"cores": os.cpu_count(), "memory_gib": round(mem / 2**20, 1), "cpu": cpu,
             "python": platform.python_version(), "java": java[0] if java else None, "kafka": "4.1.1 (KRaft, same machine)",
-            "confluent_kafka": confluent_kafka.__version__, "quixstreams": quix, "kernel": platform.release()}
+            "confluent_kafka": confluent_kafka.__version__, "quixstreams": quix, "flink": flink, "pyflink": pyflink,
+            "kernel": platform.release()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000, help="input records (j1: orders)")
+    ap.add_argument("--keys", type=int, default=KEYS,
+                    help="W1-W4: distinct keys of the backlog (the latency phase keeps 10,000); few keys give "
+                         "a small smoke run keyed updates and merging sessions")
     ap.add_argument("--join-keys", type=int, default=JOIN_KEYS,
                     help=f"j1: customers in the table, each updated {JOIN_VERSIONS} times")
     ap.add_argument("--workloads", default="w1,w2,w3,w4")
@@ -1077,6 +1125,9 @@ def main() -> None:
                          "records/s and shows the others")
     ap.add_argument("--label", default="", help="written into the results (e.g. smoke)")
     ap.add_argument("--keep-topics", action="store_true")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit with status 1 when a throughput run did not finish or its output did not match the "
+                         "reference (a smoke test: benchmarks/run --smoke-flink)")
     args = ap.parse_args()
 
     workloads = [w for w in args.workloads.split(",") if w]
@@ -1099,7 +1150,7 @@ def main() -> None:
               os.cpu_count() or 1)
     results: dict[str, Any] = {
         "run": run_id, "label": args.label, "machine": machine(), "loadavg_at_start": os.getloadavg(),
-        "config": {"records": args.records, "keys": KEYS, "partitions": PARTITIONS, "commit_interval_ms": args.commit_ms,
+        "config": {"records": args.records, "keys": args.keys, "partitions": PARTITIONS, "commit_interval_ms": args.commit_ms,
                    "window_ms": WINDOW_MS, "watermark_bound_ms": BOUND_MS, "session_gap_ms": GAP_MS,
                    "kstreams_threads": args.ks_threads, "fw_processes_n": ctx.cores,
                    "latency_seconds": args.latency_seconds, "latency_warmup_s": args.latency_warmup,
@@ -1129,11 +1180,14 @@ def main() -> None:
     workloads = [w for w in workloads if w not in JOIN_WORKLOADS]
     try:
         if "throughput" in phases:
+            join_systems = [s for s in systems if s not in FLINK_SYSTEMS]  # no Flink app for j1
+            if joins and join_systems != systems:
+                log(f"{','.join(joins)}: without {', '.join(s for s in systems if s in FLINK_SYSTEMS)} (no app for it)")
             for w in joins:
-                join_throughput(ctx, w, systems, guarantees, results, save)
+                join_throughput(ctx, w, join_systems, guarantees, results, save)
         if workloads and ("throughput" in phases or "replay" in phases or args.profile):
             log(f"generating {args.records:,} records")
-            events = generate(args.records)
+            events = generate(args.records, n_keys=args.keys)
             input_topic = f"bench-{ctx.run_id}-input"
             create_topics(ctx.admin, [input_topic])
             t = time.monotonic()
@@ -1201,6 +1255,10 @@ def main() -> None:
                 ctx.admin.delete_topics(mine, operation_timeout=30)
     log(f"results: {out_file}")
     print(out_file)
+    failed = [f"{r['system']} {r['workload']} {r['guarantee']}" for r in results["throughput"] if not r["check"]["ok"]]
+    if args.strict and failed:
+        log(f"--strict: {len(failed)} run(s) failed or did not match the reference: {', '.join(failed)}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
