@@ -52,6 +52,11 @@ def keep(value: int) -> bool:
     return value % 5 != 0
 
 
+def passes_nothing(_value: object) -> bool:
+    """The filter of an app whose outputs are not measured (a pipeline needs a sink)."""
+    return False
+
+
 def mapped(value: int) -> int:
     """W1's map of the value field."""
     return value * 3 + 1

@@ -36,7 +36,6 @@ from confluent_kafka.admin import AdminClient
 from benchmarks.suite import (
     PY,
     RESULTS,
-    GroupProgress,
     ProcTree,
     create_topics,
     launch_spec,
@@ -44,7 +43,7 @@ from benchmarks.suite import (
     machine,
     stop,
 )
-from benchmarks.table_memory import du, group_stable, produce_versions
+from benchmarks.table_memory import await_committed, await_group, du, produce_versions, restart
 from framework.config import Config
 
 APP = "benchmarks.apps.count_app:pipeline"
@@ -91,21 +90,10 @@ def main() -> None:
     logf = open(logs / f"{group}.log", "w")
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not group_stable(admin, group):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the service did not join its group (log {logf.name})")
-            time.sleep(0.5)
+        await_group(admin, group, proc, logf.name)
         t0 = time.monotonic()
         total = produce_versions(args.bootstrap, topic, args.keys, 1)
-        prog = GroupProgress(args.bootstrap, group, [topic], out)
-        try:
-            while prog.committed() < total:
-                if proc.poll() is not None or time.monotonic() > t0 + args.timeout:
-                    raise SystemExit(f"the counts did not fill: {prog.committed():,} of {total:,} (log {logf.name})")
-                time.sleep(0.5)
-        finally:
-            prog.close()
+        await_committed(args.bootstrap, group, topic, out, total, proc, t0 + args.timeout, "the counts", logf.name)
         res.update(records=total, fill_s=round(time.monotonic() - t0, 1))
     finally:
         stop(proc)
@@ -119,23 +107,8 @@ def main() -> None:
     took, cpu, rss = timed([*fw, "savepoint", "restore", APP, str(saved)], env)
     res.update(restore_s=round(took, 1), restore_cpu_s=round(cpu, 1), restore_peak_rss_mb=round(rss, 1))
     log(f"savepoint restored in {took:.1f} s")
-    subprocess.run(["rm", "-rf", str(state)], check=True)
-    log_path = logs / f"{group}-restart.log"
-    logf = open(log_path, "w")
-    t0 = time.monotonic()
-    proc = subprocess.Popen([*cmd[:-1], "INFO"], env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    tree = ProcTree(proc.pid)
-    try:
-        while log_path.read_text().count("restored counts[") < 4:
-            tree.sample()
-            if proc.poll() is not None or time.monotonic() > t0 + args.timeout:
-                raise SystemExit(f"the member did not restore (log {log_path})")
-            time.sleep(0.2)
-        res["member_restore_s"] = round(time.monotonic() - t0, 1)
-    finally:
-        stop(proc)
-        logf.close()
+    took, _, _ = restart(cmd, env, state, logs / f"{group}-restart.log", args.timeout, "counts")
+    res["member_restore_s"] = round(took, 1)
     log(f"a member restored the savepoint's state in {res['member_restore_s']} s")
     res["loadavg_after"] = os.getloadavg()
     admin.delete_topics([t for t in admin.list_topics(timeout=10).topics if t.startswith(group)], operation_timeout=30)

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +94,34 @@ def group_stable(admin: AdminClient, group: str) -> bool:
     return str(desc.state).endswith("STABLE") and bool(desc.members)
 
 
-def rebuild(cmd: list[str], env: dict[str, str], state: Path, log_path: Path, timeout_s: float) -> dict[str, Any]:
-    """A lost disk: the state directory deleted, a new process rebuilds the table from its
-    topic. Seconds from its start to its last ``restored customers[p]`` line, and its RSS."""
+def await_group(admin: AdminClient, group: str, proc: subprocess.Popen, log_name: str) -> None:
+    """Wait until ``proc``'s group is stable with members (up to 120 s)."""
+    deadline = time.monotonic() + 120
+    while not group_stable(admin, group):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the service did not join its group (log {log_name})")
+        time.sleep(0.5)
+
+
+def await_committed(bootstrap: str, group: str, topic: str, out: str, total: int, proc: subprocess.Popen,
+                    deadline: float, what: str, log_name: str, each: Callable[[], Any] = lambda: None) -> None:
+    """Wait until ``group`` has committed ``total`` records of ``topic`` (``each`` between asks)."""
+    prog = GroupProgress(bootstrap, group, [topic], out)
+    try:
+        while prog.committed() < total:
+            each()
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{what} did not fill: {prog.committed():,} of {total:,} (log {log_name})")
+            time.sleep(0.5)
+    finally:
+        prog.close()
+
+
+def restart(cmd: list[str], env: dict[str, str], state: Path, log_path: Path, timeout_s: float,
+            store: str) -> tuple[float, int, int]:
+    """A lost disk: the state directory deleted, a new process restores ``store``. Seconds from
+    its start to its last ``restored <store>[p]`` line (one per partition of 4), its RSS then
+    and its peak RSS."""
     subprocess.run(["rm", "-rf", str(state)], check=True)
     logf = open(log_path, "w")
     t0 = time.monotonic()
@@ -104,16 +130,22 @@ def rebuild(cmd: list[str], env: dict[str, str], state: Path, log_path: Path, ti
     tree = ProcTree(proc.pid)
     try:
         deadline = t0 + timeout_s
-        while log_path.read_text().count("restored customers[") < 4:
+        while log_path.read_text().count(f"restored {store}[") < 4:
             tree.sample()
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the table was not rebuilt (log {log_path})")
+                raise SystemExit(f"store {store} was not restored (log {log_path})")
             time.sleep(0.2)
         took = time.monotonic() - t0
         _, rss, hwm = tree.sample()
     finally:
         stop(proc)
         logf.close()
+    return took, rss, hwm
+
+
+def rebuild(cmd: list[str], env: dict[str, str], state: Path, log_path: Path, timeout_s: float) -> dict[str, Any]:
+    """The table rebuilt from its topic after a lost disk (``restart``)."""
+    took, rss, hwm = restart(cmd, env, state, log_path, timeout_s, "customers")
     log(f"rebuilt from the topic in {took:.1f}s, RSS {rss / 2**20:.0f} MB")
     return {"rebuild_s": round(took, 1), "rss_rebuilt_mb": round(rss / 2**20, 1),
             "peak_rss_rebuild_mb": round(hwm / 2**20, 1)}
@@ -143,27 +175,15 @@ def main() -> None:
     res: dict[str, Any] = {"run": run, "machine": machine(), "keys": args.keys, "versions": args.versions,
                            "command": f"fw run {APP}", "loadavg_before": os.getloadavg()}
     try:
-        deadline = time.monotonic() + 120
-        while not group_stable(admin, group):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the service did not join its group (log {logf.name})")
-            time.sleep(0.5)
+        await_group(admin, group, proc, logf.name)
         _, rss_empty, _ = tree.sample()
         res["rss_empty_mb"] = round(rss_empty / 2**20, 1)
         log(f"service up, RSS {res['rss_empty_mb']} MB; producing {args.keys:,} keys x {args.versions} versions")
         t0 = time.monotonic()
         total = produce_versions(args.bootstrap, topic, args.keys, args.versions)
         log(f"produced {total:,} records in {time.monotonic() - t0:.1f}s")
-        prog = GroupProgress(args.bootstrap, group, [topic], out)
-        deadline = time.monotonic() + args.timeout
-        try:
-            while prog.committed() < total:
-                tree.sample()
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"the table did not fill: {prog.committed():,} of {total:,} (log {logf.name})")
-                time.sleep(0.5)
-        finally:
-            prog.close()
+        await_committed(args.bootstrap, group, topic, out, total, proc, time.monotonic() + args.timeout,
+                        "the table", logf.name, tree.sample)
         fill_s = time.monotonic() - t0
         _, rss_full, hwm = tree.sample()
         res.update(records=total, fill_s=round(fill_s, 1), rss_full_mb=round(rss_full / 2**20, 1),

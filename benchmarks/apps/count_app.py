@@ -9,18 +9,14 @@ with the BENCH_* variables of ``benchmarks/common.py`` and FW_* settings.
 
 from __future__ import annotations
 
-from benchmarks.common import schema, settings
+from benchmarks.common import passes_nothing, schema, settings
 from framework import AvroSerde, JsonSerde, Pipeline, StringSerde, Topic
-
-
-def _nothing(_value: object) -> bool:
-    return False
 
 
 def pipeline() -> Pipeline:
     s = settings()
     p = Pipeline(s.group)
     source = Topic(s.input, key_serde=StringSerde(), value_serde=AvroSerde(schema("customer")), partitions=4)
-    p.source(source, name="customers").count(name="counts").filter(_nothing) \
+    p.source(source, name="customers").count(name="counts").filter(passes_nothing) \
         .to(Topic(s.output, key_serde=StringSerde(), value_serde=JsonSerde(), partitions=4))
     return p

@@ -1,7 +1,7 @@
 """A table and nothing else, for ``benchmarks/table_memory.py``: the customers topic
 (BENCH_TABLE) read as a table with one day of history, in RocksDB, restored from its own
-topic (no changelog), as j1's table is. Its updates go nowhere (a filter that passes nothing; a pipeline needs a
-sink), so what the process holds is the table.
+topic (no changelog), as j1's table is. Its updates go nowhere (a filter that passes
+nothing; a pipeline needs a sink), so what the process holds is the table.
 
 Run by table_memory.py as ``python -m framework.cli run benchmarks.apps.table_app:pipeline``
 with the BENCH_* variables of ``benchmarks/common.py`` and FW_* settings.
@@ -11,11 +11,7 @@ from __future__ import annotations
 
 from framework import AvroSerde, Pipeline, StringSerde, Topic
 
-from benchmarks.common import HISTORY_MS, schema, settings
-
-
-def _nothing(_value: object) -> bool:
-    return False
+from benchmarks.common import HISTORY_MS, passes_nothing, schema, settings
 
 
 def pipeline() -> Pipeline:
@@ -23,6 +19,6 @@ def pipeline() -> Pipeline:
     p = Pipeline(s.group)
     customers = Topic(s.table, key_serde=StringSerde(), value_serde=AvroSerde(schema("customer")), partitions=4)
     table = p.table(customers, history_ms=HISTORY_MS, name="customers")
-    table.to_stream().filter(_nothing).to(Topic(s.output, key_serde=StringSerde(),
+    table.to_stream().filter(passes_nothing).to(Topic(s.output, key_serde=StringSerde(),
                                                 value_serde=AvroSerde(schema("customer")), partitions=4))
     return p
