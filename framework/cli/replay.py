@@ -42,6 +42,16 @@ def _spark_options(f):  # type: ignore[no-untyped-def]
 
 def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str, ...], dry_run: bool,
          config_file: str | None) -> None:
+    code = run_job(plan, target, mode, master, confs, dry_run, config_file)
+    if code is not None:
+        sys.exit(code)
+
+
+def run_job(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str, ...], dry_run: bool,
+            config_file: str | None, *, to_stderr: bool = False) -> int | None:
+    """Run ``plan``'s Spark job (``mode``: replay, archive or savepoint) through spark-submit on
+    ``master``; its exit code, or None for a dry run (the command printed). ``to_stderr``: what
+    the job and this function print goes to stderr."""
     for conf in confs:
         if "=" not in conf:
             raise click.BadParameter(f"{conf!r} is not K=V", param_hint="--conf")
@@ -58,21 +68,21 @@ def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str
                   mode=mode, archive=archive, spark=spark)
     if dry_run:
         click.echo(shlex.join(cmd))
-        return
+        return None
     env = environment(spark)
     if config_file:  # the job's driver and (in local mode) executors read the same file as this command
         env["FW_CONFIG"] = str(Path(config_file).resolve())
-    click.echo(f"[replay] {mode} of {plan.records:,} records on {master} (run {plan.run_id})")
+    click.echo(f"[replay] {mode} of {plan.records:,} records on {master} (run {plan.run_id})", err=to_stderr)
     if archive is not None and archive.written_by(cmd):
         click.echo(f"[replay] Spark's JVM writes its class archive as it exits, once, after this command has ended: "
-                   f"later runs start from it sooner ({archive.path.parent})")
+                   f"later runs start from it sooner ({archive.path.parent})", err=to_stderr)
     try:
-        code = launch.run(cmd, env, archive)
+        code = launch.run(cmd, env, archive, to_stderr=to_stderr)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # a dry run's stays: its command names the plan
         remove_unused(runs, days=1)
         remove_unused(runs.parent, days=1, named="[0-9a-f]{10}")  # where earlier versions kept each run's
-    sys.exit(code)
+    return code
 
 
 @click.command()

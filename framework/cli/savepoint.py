@@ -4,17 +4,21 @@ module parses options and prints (``framework.cli.output``)."""
 
 from __future__ import annotations
 
+import base64
+import json
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from framework.cli import output as out
 from framework.cli.ops import _common, _listed, _settings
-from framework.errors import ConfigError
+from framework.errors import ConfigError, RuntimeProblem
 from framework.ops.targets import client_settings, is_target, load_config, load_service
 from framework.pipeline.definition import Pipeline
-from framework.savepoint.manifest import Manifest, list_savepoints, savepoint_root
+from framework.savepoint.manifest import Manifest, StoreInfo, list_savepoints, savepoint_root
 
 if TYPE_CHECKING:
     from framework.savepoint.restore import RestorePlan
@@ -36,18 +40,63 @@ def _service(service: str, command: str) -> Pipeline:
 @click.argument("service")
 @click.option("--path", "path", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="The savepoint's directory (default: FW_SAVEPOINT_DIR, else ./savepoints, /<service>/<time>).")
+@click.option("--master", default=None,
+              help="Make the stores with Spark on this master (local[*], spark://host:7077): state larger than this "
+                   "process's memory. Without it, they are rebuilt in this process.")
+@click.option("--conf", "confs", multiple=True, metavar="K=V", help="A Spark setting (repeatable; with --master).")
 @_common
-def savepoint_create(service: str, path: Path | None, as_json: bool, config_file: str | None) -> None:
+def savepoint_create(service: str, path: Path | None, master: str | None, confs: tuple[str, ...], as_json: bool,
+                     config_file: str | None) -> None:
     """Write a savepoint of SERVICE (module:pipeline), which must be stopped: every store of
     every task, the group's offsets and the repartition topics' records in flight."""
     from framework.savepoint.create import create_savepoint
 
-    where, manifest = create_savepoint(_settings(config_file), _service(service, "savepoint create"), path)
+    if confs and master is None:
+        raise click.UsageError("--conf sets Spark's settings: give --master too")
+    stores_by = None if master is None else SparkStores(service, master, confs, config_file)
+    where, manifest = create_savepoint(_settings(config_file), _service(service, "savepoint create"), path,
+                                       stores_by)
     if as_json:
         out.emit_json({"path": str(where), **_summary(manifest)})
         return
     _describe(where, manifest)
     out.lines([f"savepoint written to {where}"])
+
+
+class SparkStores:
+    """``fw savepoint create --master``: the stores written by a Spark job (the replay's
+    ``spark-submit`` machinery, ``framework.replay.snapshot``) from the ranges a restore reads,
+    instead of in this process's memory."""
+
+    def __init__(self, target: str, master: str, confs: tuple[str, ...], config_file: str | None) -> None:
+        self.target, self.master, self.confs, self.config_file = target, master, confs, config_file
+
+    def __call__(self, directory: Path, settings: Mapping[str, Any], pipeline: Pipeline, tasks: int,
+                 committed: Mapping[tuple[str, int], int]) -> dict[str, StoreInfo]:
+        from framework.cli.replay import run_job
+        from framework.replay.plan import ReplayPlan, definition_of
+        from framework.savepoint.create import restore_ranges, store_info
+        from framework.savepoint.files import STORES_RESULT as RESULT
+
+        stores = pipeline.store_names()
+        plan = ReplayPlan(target=self.target, service=pipeline.name, run_id=uuid.uuid4().hex[:10],
+                          bootstrap_servers=load_config(self.config_file).kafka.bootstrap_servers, partitions=tasks,
+                          ranges=restore_ranges(settings, pipeline, committed), stages=[],
+                          definition=definition_of(pipeline),
+                          savepoint={"path": str(directory.resolve()),
+                                     "stores": {s: pipeline.restore_topic(s) for s in stores},
+                                     "tables": [s for s in stores if pipeline.table_source(s) is not None]})
+        # the job's progress on stderr: stdout is the savepoint's description (or its JSON)
+        code = run_job(plan, self.target, "savepoint", self.master, self.confs, False, self.config_file,
+                       to_stderr=True)
+        if code != 0:
+            raise RuntimeProblem(f"the Spark job that writes the savepoint's stores failed (exit code {code}; its "
+                                 "output above says why): no savepoint was written")
+        result = json.loads((directory / RESULT).read_text())
+        (directory / RESULT).unlink()
+        return {s: store_info(pipeline, s, {p: int(result["counts"][s].get(str(p), 0)) for p in range(tasks)},
+                              None if result["signatures"][s] is None else base64.b64decode(result["signatures"][s]))
+                for s in stores}
 
 
 @savepoint.command("list")

@@ -307,12 +307,8 @@ class TaskRunner:
                 if value is not None:
                     decode(value)
             except ValueError as exc:
-                where = RecordCoordinates(topic, partition, offset, key)
-                raise StateError(
-                    f"{where}: cannot restore store {item.store!r} of service {self.pipeline.name!r}: {exc}. "
-                    f"Fix: only the service writes its changelogs; remove this record (produce a tombstone for "
-                    f"its key, or delete the topic {topic!r} and the service's local state, then reprocess the "
-                    "input), and check who else can write to the topic") from None
+                raise unreadable_changelog_record(self.pipeline.name, item.store, topic, partition, offset, key,
+                                                  exc) from None
             changes[key] = value
         return changes
 
@@ -370,3 +366,15 @@ def _stale(part: StorePartition, info: ChangelogInfo, table: bool) -> str | None
     if offset is not None and offset < info.start:
         return f"continues at offset {offset}, before the changelog's first offset {info.start} (records were deleted)"
     return None
+
+
+def unreadable_changelog_record(service: str, store: str, topic: str, partition: int, offset: int,
+                                key: bytes | None, exc: Exception) -> StateError:
+    """The error of a changelog record the state encoding cannot read: where it is, and the
+    fix. A restore stops at it (``TaskRunner.restore``), as a savepoint made with Spark does."""
+    where = RecordCoordinates(topic, partition, offset, key)
+    return StateError(
+        f"{where}: cannot restore store {store!r} of service {service!r}: {exc}. "
+        f"Fix: only the service writes its changelogs; remove this record (produce a tombstone for "
+        f"its key, or delete the topic {topic!r} and the service's local state, then reprocess the "
+        "input), and check who else can write to the topic")

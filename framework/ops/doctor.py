@@ -34,8 +34,8 @@ from pathlib import Path
 from framework.broker.local import LocalBroker, external_bootstrap
 from framework.config import Config
 from framework.errors import FrameworkError
+from framework.home import fw_home
 from framework.kafka import probe
-from framework.replay.submit import cache_dir
 from framework.serde.registry import SchemaRegistryClient
 from framework.state.directory import unwritable, writable_fix
 
@@ -177,7 +177,7 @@ def _kafka_jars_cached() -> bool:
 def _connector_dir() -> Path | None:
     """Where Spark's Kafka connector of the installed pyspark is cached (None: no pyspark)."""
     try:
-        return cache_dir() / "spark-kafka" / importlib.metadata.version("pyspark")
+        return fw_home() / "spark-kafka" / importlib.metadata.version("pyspark")
     except importlib.metadata.PackageNotFoundError:
         return None
 

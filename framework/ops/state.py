@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import quote, urlencode
 
 from framework.engine.entries import Entry, KeyFilter, Readable, StoreLayout, key_pairs, state_pairs
-from framework.engine.runner import TaskRunner
+from framework.engine.runner import StoreRestore, TaskRunner
 from framework.errors import (
     ConfigError,
     EnvironmentProblem,
@@ -39,7 +39,7 @@ from framework.errors import (
     StateError,
 )
 from framework.kafka.admin import admin_client, topic_ids
-from framework.kafka.clients import ChangelogReader
+from framework.kafka.clients import ChangelogReader, read_range
 from framework.kafka.groups import end_offsets, group_members
 from framework.kafka.inspect import Cluster
 from framework.observe.endpoint import ask_json, parse_client_id
@@ -226,6 +226,21 @@ def rebuild_stores(pipeline: Pipeline, settings: Mapping[str, Any], tasks: int,
     finally:
         restorer.close()
     return backend
+
+
+def table_entries(pipeline: Pipeline, settings: Mapping[str, Any], tasks: int, store: str, partition: int,
+                  start: int, end: int, reader: str) -> Iterator[tuple[bytes, bytes]]:
+    """Partition ``partition`` of ``store``, a table read from its own topic, rebuilt in memory
+    from that topic's committed records in ``[start, end)`` by the runtime's restore
+    (``TaskRunner.restore``: the table step's own code): the entries a member restores when
+    ``end`` is the group's committed offset. ``reader`` names the consumer (it never joins)."""
+    backend = MemoryBackend()
+    runner = TaskRunner(pipeline, backend, _NoOutput(), partitions=tasks)
+    topic = pipeline.restore_topic(store)
+    item = StoreRestore(partition, store, (topic, partition), start, end)
+    for batch in read_range(settings, reader, topic, partition, start, end):
+        runner.restore(item, [(cast(int, m.offset()), m.key(), m.value(), m.timestamp()[1]) for m in batch])
+    return backend.open(pipeline.name, store, partition).iter_range(b"", None)
 
 
 _ASK_TIMEOUT_S = 15.0  # a member forwards and fans out: it may wait on the others first

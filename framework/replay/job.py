@@ -1,4 +1,5 @@
-"""The Spark job of ``fw replay`` (and ``fw archive``): ``spark-submit job.py <plan.json>``.
+"""The Spark job of ``fw replay`` (and ``fw archive``, and ``fw savepoint create --master``:
+``snapshot``): ``spark-submit job.py <plan.json> [mode]``.
 
 Stage 0 reads the source ranges with Spark's Kafka batch source (committed records only,
 headers included), or a Parquet archive, or (``--reader librdkafka``) gives each task only
@@ -855,6 +856,12 @@ def _job(sc: SparkContext, plan: ReplayPlan, mode: str) -> int:
         if mode == "archive":
             n = archive(_session(), plan)
             print(f"[replay] archived {n:,} records to {plan.output.removeprefix('parquet:')}", flush=True)
+        elif mode == "savepoint":
+            from framework.replay.snapshot import savepoint_stores
+
+            counts = savepoint_stores(_session(), plan, _setup, _kafka_settings)["counts"]
+            entries = sum(n for parts in counts.values() for n in parts.values())
+            print(f"[replay] savepoint: {entries:,} entries of {len(counts)} stores written", flush=True)
         else:
             totals = replay(sc, plan)
             print(f"[replay] done: {summary(totals)}", flush=True)

@@ -34,19 +34,21 @@ EXIT_MARK_ENV = "FW_REPLAY_EXIT_MARK"  # job.py reads it (it imports nothing of 
 EXIT_MARK = "\x1e[fw-replay-exit]"  # a control character first: no output of a job starts so
 
 
-def run(cmd: list[str], env: dict[str, str], archive: ClassArchive | None) -> int:
+def run(cmd: list[str], env: dict[str, str], archive: ClassArchive | None, *, to_stderr: bool = False) -> int:
     """Runs ``cmd`` (spark-submit) and returns the job's exit code as soon as the job says it:
     Spark's stop and the JVM's exit go on without the command (0.5 s; a first run's archive
     15-25 s). A JVM that writes ``archive`` is started through a keeper; a run that maps it
     marks it used. A job that never says its code (it raised; a driver that runs elsewhere,
-    ``spark.submit.deployMode=cluster``) is waited for to its end."""
+    ``spark.submit.deployMode=cluster``) is waited for to its end. ``to_stderr``: all of the
+    job's output goes to this command's stderr (a step of a command whose stdout is its own)."""
     writes = archive is not None and archive.written_by(cmd)
     if writes and archive is not None:
         cmd = [sys.executable, "-m", __name__, str(archive.path), str(archive.writing), "--", *cmd]
     proc = subprocess.Popen(cmd, env={**env, EXIT_MARK_ENV: EXIT_MARK}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
-    said = relay(proc.stdout, proc.stderr, sys.stdout.buffer, sys.stderr.buffer)
+    said = relay(proc.stdout, proc.stderr, sys.stderr.buffer if to_stderr else sys.stdout.buffer,
+                 sys.stderr.buffer)
     proc.stdout.close()  # the JVM's later output (its exit's) goes nowhere: it ignores a closed pipe
     proc.stderr.close()
     code = said if said is not None else proc.wait()  # said: the JVM (and its keeper) end on their own

@@ -133,6 +133,9 @@ class ReplayPlan:
     resumed: bool = False  # the backfill continues a failed run (a bootstrap keeps its changelogs)
     # per global table topic, per partition, [start, end): read whole by every task that joins it
     global_ranges: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    # fw savepoint create --master (``snapshot``): the savepoint's ``path``, its ``stores`` (store ->
+    # the topic it is restored from, whose ``ranges`` are read) and the ``tables`` among them
+    savepoint: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -57,9 +57,17 @@ _NOT_OFFERED = ("create the savepoint (a savepoint of a running service is not o
 NOT_RUNNING = ("a savepoint", _NOT_OFFERED)
 
 
-def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path | None = None) -> tuple[Path, Manifest]:
+# Writes every store of a savepoint into its directory and returns what the manifest says of
+# each: ``(directory, settings, pipeline, tasks, committed offsets)``. ``local_stores`` in this
+# process's memory; ``fw savepoint create --master`` with Spark (``SparkStores``).
+StoresWriter = Callable[[Path, Mapping[str, Any], Pipeline, int, Mapping[TP, int]], dict[str, StoreInfo]]
+
+
+def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path | None = None,
+                     stores_by: StoresWriter | None = None) -> tuple[Path, Manifest]:
     """Write a savepoint of the stopped service ``pipeline`` to ``path`` (default:
-    ``default_path``); return where, and its manifest."""
+    ``default_path``), its stores by ``stores_by`` (default ``local_stores``); return where,
+    and its manifest."""
     refuse_while_running(settings, pipeline.name, *NOT_RUNNING)
     created = datetime.now(UTC)
     target = path or default_path(pipeline.name, created)
@@ -67,10 +75,9 @@ def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path
         raise ConfigError(f"{target} exists and is not empty: a savepoint goes to a directory of its own. Fix: name "
                           "another --path, or leave it out (a new directory under FW_SAVEPOINT_DIR)")
     tasks, committed, flight, sources = _positions(settings, pipeline)
-    backend = rebuild_stores(pipeline, settings, tasks, list(range(tasks)))
     target.mkdir(parents=True, exist_ok=True)
     try:
-        stores = {store: _write_store(target, pipeline, backend, store, tasks) for store in pipeline.store_names()}
+        stores = (stores_by or local_stores)(target, settings, pipeline, tasks, committed)
         repartition = {topic: _write_in_flight(target, settings, pipeline.name, topic, ranges)
                        for topic, ranges in flight.items()}
         offsets: dict[str, dict[int, int]] = {}
@@ -124,21 +131,62 @@ def unprocessed_records(settings: Mapping[str, Any], service: str, committed: Ma
     return out
 
 
+def local_stores(target: Path, settings: Mapping[str, Any], pipeline: Pipeline, tasks: int,
+                 committed: Mapping[TP, int]) -> dict[str, StoreInfo]:
+    """Every store rebuilt in this process's memory (``rebuild_stores``), each written as one
+    Parquet dataset."""
+    backend = rebuild_stores(pipeline, settings, tasks, list(range(tasks)))
+    return {store: _write_store(target, pipeline, backend, store, tasks) for store in pipeline.store_names()}
+
+
 def _write_store(target: Path, pipeline: Pipeline, backend: MemoryBackend, store: str, tasks: int) -> StoreInfo:
     """Every entry of every partition of ``store`` (meta entries, timers and the clock
     included) as one Parquet dataset."""
     pairs = [(p, k, v) for p in range(tasks) for k, v in backend.open(pipeline.name, store, p).iter_range(b"", None)]
     layout = StoreLayout(pipeline, store)
-    relative = f"{STORES}/{store}"
-    write_dataset(store_rows(layout, pairs), target / relative)
+    write_dataset(store_rows(layout, pairs), target / store_path(store))
     counts = {p: 0 for p in range(tasks)}
     signature = None
     for p, key, value in pairs:
         counts[p] += 1
         if key == STEP_META_KEY and signature is None:
-            signature = layout.codec.decode(value)
+            signature = value
+    return store_info(pipeline, store, counts, signature)
+
+
+def store_path(store: str) -> str:
+    """A store's dataset in a savepoint, relative to its directory."""
+    return f"{STORES}/{store}"
+
+
+def store_info(pipeline: Pipeline, store: str, counts: dict[int, int], signature: bytes | None) -> StoreInfo:
+    """What the manifest says of ``store``: its entries per partition, its dataset, the
+    changelog it was read from (none for a table read from its own topic), and the signature
+    its ``00 "step"`` entry (``signature``, encoded) holds."""
     changelog = pipeline.changelog_topic(store) if pipeline.table_source(store) is None else None
-    return StoreInfo(counts, relative, changelog, signature)
+    decoded = None if signature is None else StoreLayout(pipeline, store).codec.decode(signature)
+    return StoreInfo(counts, store_path(store), changelog, decoded)
+
+
+def restore_ranges(settings: Mapping[str, Any], pipeline: Pipeline,
+                   committed: Mapping[TP, int]) -> dict[str, dict[int, list[int]]]:
+    """Per topic a store is restored from, per partition, the ``[start, end)`` a restore reads:
+    a changelog to its end, a table's own topic up to the group's committed offset (nothing
+    where none is), as ``changelog_infos`` plans it for a member."""
+    cluster = Cluster(settings)
+    try:
+        out: dict[str, dict[int, list[int]]] = {}
+        for store in pipeline.store_names():
+            topic = pipeline.restore_topic(store)
+            parts = out.setdefault(topic, {})
+            for p, (start, end) in cluster.offsets(topic).items():
+                if pipeline.table_source(store) is not None:
+                    at = committed.get((topic, p))
+                    end = start if at is None else min(max(at, start), end)
+                parts[p] = [start, end]
+        return out
+    finally:
+        cluster.close()
 
 
 def _write_in_flight(target: Path, settings: Mapping[str, Any], service: str, topic: str,

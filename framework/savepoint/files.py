@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from framework.engine.entries import StoreLayout
 from framework.ops.targets import plain
 
+STORES_RESULT = "stores.json"  # what a savepoint's Spark job (framework.replay.snapshot) tells fw savepoint create
 PART = "part-00000.parquet"  # one file per dataset now; readers take every file of the directory
 
 STORE_SCHEMA = pa.schema([
@@ -46,13 +47,13 @@ def store_rows(layout: StoreLayout, pairs: Iterable[Pair]) -> pa.Table:
     """The rows of a store's ``(partition, key, value)`` entries, decoded by ``layout``."""
     columns: dict[str, list[Any]] = {name: [] for name in STORE_SCHEMA.names}
     for partition, key, value in pairs:
-        kind, state, decoded_key, decoded_value = _decoded(layout, key, value)
+        kind, state, decoded_key, decoded_value = decoded_entry(layout, key, value)
         for name, cell in zip(STORE_SCHEMA.names, (partition, key, value, kind, state, decoded_key, decoded_value)):
             columns[name].append(cell)
     return pa.table(columns, schema=STORE_SCHEMA)
 
 
-def _decoded(layout: StoreLayout, key: bytes, value: bytes) -> tuple[str | None, str | None, str | None, str | None]:
+def decoded_entry(layout: StoreLayout, key: bytes, value: bytes) -> tuple[str | None, str | None, str | None, str | None]:
     """The entry's kind, state name, key and value in people's terms; None where they do not decode."""
     try:
         entry = next(layout.decode(key, None))  # the key alone: a session store's value is one entry per session
@@ -90,10 +91,14 @@ def read_dataset(directory: Path) -> pa.Table:
 
 
 def store_pairs(directory: Path) -> Iterator[Pair]:
-    """A store dataset's ``(partition, key, value)`` entries."""
-    table = read_dataset(directory).select(["partition", "key", "value"])
-    for batch in table.to_batches():
-        yield from zip(*(batch.column(i).to_pylist() for i in range(3)))
+    """A store dataset's ``(partition, key, value)`` entries, one file after the other (a
+    savepoint made with Spark has many)."""
+    files = sorted(directory.glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no Parquet file in {directory}")
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(columns=["partition", "key", "value"]):
+            yield from zip(*(batch.column(i).to_pylist() for i in range(3)))
 
 
 def in_flight_records(directory: Path) -> Iterator[InFlight]:

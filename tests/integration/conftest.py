@@ -1,11 +1,16 @@
+import json
 import os
+import subprocess
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from framework.broker.local import LocalBroker, free_port_pair
 from framework.broker.registry import DEFAULT_PORT, LocalRegistry, external_registry, free_port
-from tests.integration.harness import ServiceProcess
+from framework.replay.submit import environment, spark_home
+from tests.integration.harness import ServiceProcess, wait_until
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -54,3 +59,46 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
         yield own
     finally:
         own.wipe()
+
+
+@pytest.fixture
+def spark_cluster(tmp_path: Path) -> Iterator[str]:
+    """A Spark standalone cluster from the installed pyspark: a master and two workers (one
+    core each) on loopback; yields its master URL once both workers have registered."""
+    port = free_port_pair(29720)  # the master's port, its web UI on the next
+    ui = port + 1
+    home = spark_home()
+    env = {**environment(), "SPARK_NO_DAEMONIZE": "1"}  # fw replay's: pyspark's Spark, this Python, Java
+    url = f"spark://127.0.0.1:{port}"
+    procs = []
+
+    def start(name: str, *args: str) -> None:
+        log = open(tmp_path / f"{name}.log", "wb")
+        procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), *args], env=env, stdout=log,
+                                      stderr=subprocess.STDOUT))
+
+    def workers() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as answer:
+                return int(json.load(answer).get("aliveworkers", 0))
+        except OSError:
+            return 0
+
+    try:
+        start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+              "--webui-port", str(ui))
+        for i in range(2):
+            start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
+                  "--cores", "1", "--memory", "2g", "--webui-port", "0", "--work-dir", str(tmp_path / f"work-{i}"))
+        wait_until(lambda: workers() == 2, 120, "two Spark workers registered with the master",
+                   lambda: "\n".join((tmp_path / f).read_text(errors="replace")[-2000:]
+                                     for f in ("master.log", "worker-0.log", "worker-1.log")))
+        yield url
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from framework.broker.local import free_port_pair
 from framework.engine.partitioner import partition_for
 from framework.kafka.groups import active_members
 from framework.replay.launch import wait_for_archives
 from framework.replay.plan import output_topics
-from framework.replay.submit import cache_dir, connector_jars, environment, spark_home
+from framework.replay.submit import cache_dir, connector_jars
 from tests.integration.harness import (
     ServiceProcess,
     committed_offsets,
@@ -80,49 +76,6 @@ def test_a_retried_task_writes_nothing_twice(reader: str, target: str, kafka_boo
         assert re.search(r"InjectedFault: fault injected into stage 1 task \d after \d+ outputs", log)
     replayed = results(kafka_bootstrap, pipeline, "-retried")
     assert_same(pipeline, live, Results(replayed.outputs, live.state))
-
-
-@pytest.fixture
-def spark_cluster(tmp_path: Path) -> Iterator[str]:
-    """A Spark standalone cluster from the installed pyspark: a master and two workers (one
-    core each) on loopback; yields its master URL once both workers have registered."""
-    port = free_port_pair(29720)  # the master's port, its web UI on the next
-    ui = port + 1
-    home = spark_home()
-    env = {**environment(), "SPARK_NO_DAEMONIZE": "1"}  # fw replay's: pyspark's Spark, this Python, Java
-    url = f"spark://127.0.0.1:{port}"
-    procs = []
-
-    def start(name: str, *args: str) -> None:
-        log = open(tmp_path / f"{name}.log", "wb")
-        procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), *args], env=env, stdout=log,
-                                      stderr=subprocess.STDOUT))
-
-    def workers() -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as answer:
-                return int(json.load(answer).get("aliveworkers", 0))
-        except OSError:
-            return 0
-
-    try:
-        start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-              "--webui-port", str(ui))
-        for i in range(2):
-            start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                  "--cores", "1", "--memory", "2g", "--webui-port", "0", "--work-dir", str(tmp_path / f"work-{i}"))
-        wait_until(lambda: workers() == 2, 120, "two Spark workers registered with the master",
-                   lambda: "\n".join((tmp_path / f).read_text(errors="replace")[-2000:]
-                                     for f in ("master.log", "worker-0.log", "worker-1.log")))
-        yield url
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 @pytest.mark.parametrize(("reader", "target"), [("spark", "svc_sensors"), ("librdkafka", "svc_sensors"),

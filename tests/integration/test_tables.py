@@ -34,6 +34,7 @@ from tests.integration.harness import (
 )
 from tests.integration.replay_harness import caught_up
 from tests.integration.test_ops_cli import fw_json
+from tests.integration.test_savepoint_with_spark import fw_spark, manifest, rows
 
 TARGET = "tests.integration.pipelines:enriched_orders"
 
@@ -246,8 +247,8 @@ def test_a_standby_copies_a_table_from_its_topic_as_far_as_committed_and_takes_o
 def test_a_savepoint_keeps_a_table_read_from_its_topic_and_a_rollback_rebuilds_it_from_there(
         kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A savepoint holds the table's versions (rebuilt from its topic) and no changelog for it;
-    restored after the service went past it, the table is rebuilt from its topic up to the
+    """A savepoint holds the table's versions (rebuilt from its topic) and no changelog for it,
+    made in this process or by Spark (the same files); restored after the service went past it, the table is rebuilt from its topic up to the
     savepoint's offsets: the outputs before the savepoint and after the restore are every
     order joined once, as of its time."""
     monkeypatch.setenv("FW_TEST_SUFFIX", unique)
@@ -276,6 +277,12 @@ def test_a_savepoint_keeps_a_table_read_from_its_topic_and_a_rollback_rebuilds_i
                    "--path", str(tmp_path / "sp"))
     described = fw_json(env, "savepoint", "describe", str(tmp_path / "sp"))["manifest"]
     assert made["stores"]["customers"]["entries"] > 1 and described["stores"]["customers"]["changelog"] is None
+    # made by Spark (fw savepoint create --master): the table rebuilt by a task, the same entries
+    done = fw_spark(env, "savepoint", "create", TARGET, "--path", str(tmp_path / "spark"), "--master", "local[2]")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert manifest(tmp_path / "spark") == manifest(tmp_path / "sp")
+    for store in made["stores"]:
+        assert rows(tmp_path / "spark" / "stores" / store) == rows(tmp_path / "sp" / "stores" / store), store
     run(1)  # a release after the savepoint, rolled back below
     restored = fw_json({**env, "FW_STATE_DIR": str(svc.state_dir)}, "savepoint", "restore", TARGET,
                        str(tmp_path / "sp"))
