@@ -4,13 +4,16 @@
 every record it is stopped, and
 
 - ``fw savepoint create`` is timed (seconds from the command to its end, its CPU seconds and
-  peak RSS), and the savepoint's size on disk measured;
+  peak RSS), and the savepoint's size on disk measured; with ``--master``, also ``fw savepoint
+  create --master`` (the stores made by Spark), with the command's own peak RSS beside its
+  process tree's (Spark's JVM and Python workers);
 - ``fw savepoint restore`` of it onto the stopped service is timed the same way;
 - a new ``fw run`` process (its state directory deleted) restores the state from the
   changelogs the savepoint wrote: the seconds to its last ``restored counts[p]`` line.
 
     .venv/bin/python benchmarks/savepoint_size.py                 # 1,000,000 keys
     .venv/bin/python benchmarks/savepoint_size.py --keys 100000
+    .venv/bin/python benchmarks/savepoint_size.py --master 'local[2]'
 
 Results go to ``results/<timestamp>-savepoint-size.json``.
 """
@@ -49,9 +52,9 @@ from framework.config import Config
 APP = "benchmarks.apps.count_app:pipeline"
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
-    """Seconds from ``cmd``'s start to its end, its CPU seconds and its peak RSS in MB (its
-    process tree's, sampled)."""
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float, float]:
+    """Seconds from ``cmd``'s start to its end, its CPU seconds, its peak RSS in MB (the sum
+    of its process tree's peaks, sampled) and its own process's peak RSS in MB."""
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -64,7 +67,7 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
     output = proc.stdout.read().decode() if proc.stdout else ""
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[2:])} failed: {output[-3000:]}")
-    return took, cpu, hwm / 2**20
+    return took, cpu, hwm / 2**20, tree.hwm.get(proc.pid, 0) / 2**20
 
 
 def main() -> None:
@@ -72,6 +75,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for the fill")
     ap.add_argument("--bootstrap", default=Config.load().kafka.bootstrap_servers)
+    ap.add_argument("--master", default=None, help="also a savepoint made by Spark on this master")
     args = ap.parse_args()
     run = time.strftime("%Y%m%d-%H%M%S")
     tag = uuid.uuid4().hex[:8]
@@ -100,11 +104,19 @@ def main() -> None:
         logf.close()
     log(f"{total:,} keys counted in {res['fill_s']} s; the service stopped")
     fw = [PY, "-m", "framework.cli"]
-    took, cpu, rss = timed([*fw, "savepoint", "create", APP, "--path", str(saved)], env)
+    took, cpu, rss, _ = timed([*fw, "savepoint", "create", APP, "--path", str(saved)], env)
     res.update(create_s=round(took, 1), create_cpu_s=round(cpu, 1), create_peak_rss_mb=round(rss, 1),
                savepoint_mb=round(du(saved) / 2**20, 1))
     log(f"savepoint created in {took:.1f} s, {res['savepoint_mb']} MB on disk")
-    took, cpu, rss = timed([*fw, "savepoint", "restore", APP, str(saved)], env)
+    if args.master:
+        by_spark = work / "savepoint-spark"
+        took, cpu, rss, own = timed([*fw, "savepoint", "create", APP, "--path", str(by_spark), "--master",
+                                     args.master], env)
+        res.update(master=args.master, spark_create_s=round(took, 1), spark_create_cpu_s=round(cpu, 1),
+                   spark_create_tree_peak_rss_mb=round(rss, 1), spark_create_command_peak_rss_mb=round(own, 1),
+                   spark_savepoint_mb=round(du(by_spark) / 2**20, 1))
+        log(f"savepoint created by Spark ({args.master}) in {took:.1f} s, {res['spark_savepoint_mb']} MB on disk")
+    took, cpu, rss, _ = timed([*fw, "savepoint", "restore", APP, str(saved)], env)
     res.update(restore_s=round(took, 1), restore_cpu_s=round(cpu, 1), restore_peak_rss_mb=round(rss, 1))
     log(f"savepoint restored in {took:.1f} s")
     took, _, _ = restart(cmd, env, state, logs / f"{group}-restart.log", args.timeout, "counts")

@@ -13,7 +13,8 @@ A savepoint is a directory (docs/savepoints.md):
 
 ``create`` makes one of a stopped service: the stores rebuilt in memory by the runtime's own
 restore (``framework.ops.state.rebuild_stores``), which of a stopped service is its state as of
-its last checkpoint, and so matches its committed offsets. ``restore`` puts one back onto a
+its last checkpoint, and so matches its committed offsets. With ``--master`` a Spark job makes the same
+stores (``framework.replay.snapshot``), for state larger than one process's memory. ``restore`` puts one back onto a
 stopped service as the replay's bootstrap hands over (``framework.replay.handover``): its
 changelogs and repartition topics are created anew, the entries and in-flight records written
 into them, and the group's offsets committed as the savepoint has them. Both are refused while

@@ -5,7 +5,8 @@
 2. The group's committed offsets are read, each repartition topic's end, and each source's topic
    id and ends (a rescale restores only a savepoint whose sources were all processed).
 3. Every store partition of every task is rebuilt in memory by the runtime's own restore
-   (``rebuild_stores``): each changelog read to its end, read_committed. A stopped service's
+   (``rebuild_stores``; with ``fw savepoint create --master``, by a Spark job instead:
+   ``framework.replay.snapshot``, the same entries): each changelog read to its end, read_committed. A stopped service's
    changelogs read to their ends are its state as of its last checkpoint, the one that
    committed those offsets (exactly-once: both in one transaction). A table read from its own
    topic is rebuilt from that topic up to the committed offset, as a member would.
