@@ -1,5 +1,5 @@
-"""``fw savepoint create | list | describe | restore``: a stopped service's state and positions
-kept as files, and put back (docs/savepoints.md); ``fw rescale``: the three steps of a rescale. The logic is in ``framework.savepoint``; this
+"""``fw savepoint create | list | describe | restore``: a service's state and positions kept as
+files, and put back onto a stopped service (docs/savepoints.md); ``fw rescale``: the three steps of a rescale. The logic is in ``framework.savepoint``; this
 module parses options and prints (``framework.cli.output``)."""
 
 from __future__ import annotations
@@ -44,18 +44,22 @@ def _service(service: str, command: str) -> Pipeline:
               help="Make the stores with Spark on this master (local[*], spark://host:7077): state larger than this "
                    "process's memory. Without it, they are rebuilt in this process.")
 @click.option("--conf", "confs", multiple=True, metavar="K=V", help="A Spark setting (repeatable; with --master).")
+@click.option("--hold", "hold_s", type=click.FloatRange(min=1, max=600), default=300, show_default=True,
+              help="A running service: how long its members are held at a checkpoint at most (the savepoint is "
+                   "void if reading it takes longer).")
 @_common
-def savepoint_create(service: str, path: Path | None, master: str | None, confs: tuple[str, ...], as_json: bool,
-                     config_file: str | None) -> None:
-    """Write a savepoint of SERVICE (module:pipeline), which must be stopped: every store of
-    every task, the group's offsets and the repartition topics' records in flight."""
+def savepoint_create(service: str, path: Path | None, master: str | None, confs: tuple[str, ...], hold_s: float,
+                     as_json: bool, config_file: str | None) -> None:
+    """Write a savepoint of SERVICE (module:pipeline): every store of every task, the group's
+    offsets and the repartition topics' records in flight. A running service's members are
+    held at a checkpoint (their inputs paused) while it is read."""
     from framework.savepoint.create import create_savepoint
 
     if confs and master is None:
         raise click.UsageError("--conf sets Spark's settings: give --master too")
     stores_by = None if master is None else SparkStores(service, master, confs, config_file)
     where, manifest = create_savepoint(_settings(config_file), _service(service, "savepoint create"), path,
-                                       stores_by)
+                                       stores_by, hold_s)
     if as_json:
         out.emit_json({"path": str(where), **_summary(manifest)})
         return
@@ -194,13 +198,15 @@ def _print_restore(path: Path, plan: RestorePlan, dry_run: bool, as_json: bool) 
 def _summary(manifest: Manifest) -> dict[str, object]:
     return {"service": manifest.service, "created": manifest.created, "partitions": manifest.partitions,
             "stores": {s: {"entries": i.total, "partitions": i.entries} for s, i in manifest.stores.items()},
-            "pipeline_hash": manifest.pipeline.get("hash")}
+            "pipeline_hash": manifest.pipeline.get("hash"), "held": manifest.held}
 
 
 def _describe(path: Path, m: Manifest) -> None:
     out.lines([f"savepoint {path}", (f"service {m.service} ({m.target or '-'})  created {m.created}  "
                                      f"partitions {m.partitions}  format {m.format}  state format {m.state_format}"),
-               f"pipeline {m.pipeline.get('hash')}: {len(m.pipeline.get('steps', []))} steps"])
+               f"pipeline {m.pipeline.get('hash')}: {len(m.pipeline.get('steps', []))} steps",
+               ("members held at a checkpoint while it was read: " + ", ".join(m.held)) if m.held
+               else "the service was stopped"])
     out.table("stores", ["store", "changelog", "entries", *(f"[{p}]" for p in range(m.partitions))],
               [(s, i.changelog or "(its own topic)", str(i.total), *(str(i.entries.get(p, 0)) for p in range(m.partitions)))
                for s, i in sorted(m.stores.items())])

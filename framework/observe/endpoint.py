@@ -81,10 +81,11 @@ def fetch_status(endpoint: str, timeout_s: float) -> Mapping[str, Any]:
     return document
 
 
-def ask_json(url: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> tuple[int, Any]:
-    """GET ``url``: ``(HTTP status, JSON body)``, or ``(0, what went wrong)`` when no JSON
-    answer came (unreachable, timed out, not JSON). Error statuses are answers too."""
-    request = urllib.request.Request(url, headers=dict(headers or {}))
+def ask_json(url: str, timeout_s: float, headers: Mapping[str, str] | None = None,
+             method: str = "GET") -> tuple[int, Any]:
+    """GET (or ``method``) ``url``: ``(HTTP status, JSON body)``, or ``(0, what went wrong)``
+    when no JSON answer came (unreachable, timed out, not JSON). Error statuses are answers too."""
+    request = urllib.request.Request(url, headers=dict(headers or {}), method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.status, json.loads(response.read())

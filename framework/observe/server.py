@@ -1,7 +1,10 @@
 """The member's HTTP endpoint: status page, ``/metrics``, ``/health``, ``/ready``, ``/status``,
 ``/history`` (docs/observability.md) and the live queries of its stores, ``/stores/...``
-(docs/queries.md). A standard-library server in a daemon thread; it reads what the
-processing loop published, and the stores' committed data, so it never blocks the loop."""
+(docs/queries.md), and ``POST /savepoint/hold`` and ``/savepoint/release`` that hold the member at
+a checkpoint for a savepoint of the running service (docs/savepoints.md). A standard-library
+server in a daemon thread; it reads what the processing loop published, and the stores'
+committed data, so it never blocks the loop (a hold is handed to the loop, which acts on it
+between batches)."""
 
 from __future__ import annotations
 
@@ -39,6 +42,13 @@ class Queries(Protocol):
     def answer(self, path: str, params: dict[str, str], forwarded: bool) -> tuple[int, dict[str, Any]]: ...
 
 
+class Control(Protocol):
+    """What answers ``POST /savepoint/hold`` and ``/savepoint/release``
+    (``framework.runtime.hold.Holds``)."""
+
+    def ask(self, action: str, params: dict[str, str]) -> tuple[int, dict[str, Any]]: ...
+
+
 def _page() -> bytes:
     try:
         return resources.files("framework.observe").joinpath("static/status.html").read_bytes()
@@ -49,9 +59,10 @@ def _page() -> bytes:
 class StatusServer:
     """Serves ``source`` on ``host:port``. ``port=None``: 9400, or a free port when 9400 is taken."""
 
-    def __init__(self, source: Source, host: str, port: int | None, queries: Queries | None = None) -> None:
+    def __init__(self, source: Source, host: str, port: int | None, queries: Queries | None = None,
+                 control: Control | None = None) -> None:
         self.source = source
-        handler = _handler(source, queries)
+        handler = _handler(source, queries, control)
         try:
             self.httpd = ThreadingHTTPServer((host, DEFAULT_PORT if port is None else port), handler)
         except OSError as exc:
@@ -82,7 +93,7 @@ class StatusServer:
         self.httpd.server_close()
 
 
-def _handler(source: Source, queries: Queries | None) -> type[BaseHTTPRequestHandler]:
+def _handler(source: Source, queries: Queries | None, control: Control | None) -> type[BaseHTTPRequestHandler]:
     page = _page()
 
     class Handler(BaseHTTPRequestHandler):
@@ -112,6 +123,22 @@ def _handler(source: Source, queries: Queries | None) -> type[BaseHTTPRequestHan
                                               f"{stores}"})
             except Exception as exc:
                 log.exception("status endpoint: %s failed", path)
+                self._json(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+        def do_POST(self) -> None:
+            """``/savepoint/hold`` and ``/savepoint/release``: a savepoint of the running
+            service (``framework.runtime.hold``); nothing else changes anything of the member."""
+            path, _, query = self.path.partition("?")
+            path = path.rstrip("/")
+            try:
+                action = path.removeprefix("/savepoint/")
+                if control is None or not path.startswith("/savepoint/"):
+                    self._json(404, {"error": f"no POST {path}; try POST /savepoint/hold or /savepoint/release"})
+                    return
+                params = {k: v[-1] for k, v in urllib.parse.parse_qs(query, keep_blank_values=True).items()}
+                self._json(*control.ask(action, params))
+            except Exception as exc:
+                log.exception("status endpoint: POST %s failed", path)
                 self._json(500, {"error": f"{type(exc).__name__}: {exc}"})
 
         def _json(self, code: int, body: Any) -> None:

@@ -42,6 +42,7 @@ from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.faults import crash_point
+from framework.runtime.hold import Held, Holds, Request
 from framework.runtime.membership import refuse_a_taken_instance_id, unheld_backlog
 from framework.runtime.outage import Recovery
 from framework.runtime.queries import LiveQueries
@@ -90,6 +91,7 @@ class Service:
         self.standby: Standby | None = None
         self.global_reader: GlobalReader | None = None
         self.server: StatusServer | None = None
+        self.holds = Holds()  # savepoint holds asked over the endpoint (framework.runtime.hold)
         self._stop = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -137,7 +139,7 @@ class Service:
         if not obs.enabled:
             return None
         self.observer = Observer(self, obs.interval_ms / 1000, obs.health_timeout_ms / 1000)
-        self.server = StatusServer(self.observer, obs.host, obs.port, LiveQueries(self)).start()
+        self.server = StatusServer(self.observer, obs.host, obs.port, LiveQueries(self), self.holds).start()
         host = obs.advertised_host or ("" if obs.host in ("0.0.0.0", "::") else obs.host)
         self.observer.endpoint = f"http://{host or socket.gethostname()}:{self.server.port}"
         log.info("status endpoint %s (/ status page, /metrics, /health, /ready, /status, /stores)", self.server.url)
@@ -263,9 +265,11 @@ class Service:
         next_observe = time.monotonic() + observe_s if obs is not None else float("inf")
         if obs is not None:
             obs.heartbeat, obs.looping = time.monotonic(), True
-        standby, global_reader = self.standby, self.global_reader
+        standby, global_reader, holds = self.standby, self.global_reader, self.holds
         while not self._stop and (until is None or not until(self)):
             if self._recovering():  # a broken checkpoint or an unreachable cluster: nothing else runs
+                continue
+            if holds.busy and self._held_round(batch):  # held at a checkpoint for a savepoint
                 continue
             restoring = self.restorer.busy
             if restoring:
@@ -303,6 +307,75 @@ class Service:
                     next_observe = now + observe_s
                     obs.observe()  # type: ignore[union-attr]
             ckpt.maybe_checkpoint()
+
+    # -- savepoint holds (framework.runtime.hold) -------------------------------------------
+
+    def _held_round(self, batch: int) -> bool:
+        """Act on the hold and release requests; True while held: the round only polls (the
+        membership, rebalances) and puts back what was fetched before the pause took effect."""
+        holds = self.holds
+        while (request := holds.next_request()) is not None:
+            request.answer = self._hold(request) if request.action == "hold" else self._release(request.token)
+            request.done.set()
+        now = time.monotonic()
+        if holds.held is not None and holds.expired(now):
+            log.warning("savepoint hold %s ended by itself after %.0f s without a release: processing again",
+                        holds.held.token, holds.held.seconds)
+            holds.end(holds.held.token, f"the hold ended by itself after {holds.held.seconds:.0f} s, before the "
+                                        "release: the member processed again")
+            self._resume_held()
+        if holds.held is None:
+            return False
+        for msg in self.consumer.consume(batch, 0.1):
+            if msg.error() is None:
+                self._unrouted(msg)
+            else:
+                self._consume_error(msg)
+        if self.observer is not None:
+            self.observer.heartbeat = time.monotonic()
+        return True
+
+    def _hold(self, request: Request) -> tuple[int, dict[str, Any]]:
+        """A checkpoint, then every input partition paused until the release."""
+        held = self.holds.held
+        if held is not None:
+            if held.token == request.token:
+                return 200, self._hold_answer()
+            return 409, {"error": f"member {self.instance_id} is held for another savepoint ({held.token}); "
+                                  "ask again when it is done"}
+        if self.recovery.active:
+            return 503, {"error": f"member {self.instance_id} is recovering ({self.recovery.why or 'an outage'}); "
+                                  "ask again"}
+        ckpt = self.checkpointer
+        was_dirty, completed = ckpt.dirty, ckpt.completed
+        ckpt.checkpoint("savepoint")
+        if ckpt.broken is not None or (was_dirty and ckpt.completed == completed):
+            return 503, {"error": f"member {self.instance_id} could not complete the checkpoint before the hold "
+                                  f"({ckpt.broken or 'aborted'}); ask again"}
+        self.consumer.pause(self.assigned)
+        self.holds.held = Held(request.token, request.seconds, Holds.deadline(request.seconds))
+        log.info("held for savepoint %s after checkpoint %d: partitions %s paused for at most %.0f s",
+                 request.token, ckpt.completed, sorted({p for _, p in self.assigned}), request.seconds)
+        return 200, self._hold_answer()
+
+    def _hold_answer(self) -> dict[str, Any]:
+        return {"instance": self.instance_id, "partitions": sorted([t, p] for t, p in self.assigned),
+                "checkpoints": self.checkpointer.completed}
+
+    def _release(self, token: str) -> tuple[int, dict[str, Any]]:
+        """The end of the hold; says whether a rebalance disturbed it (or it had ended)."""
+        held = self.holds.held
+        if held is None or held.token != token:
+            if token not in self.holds.ended:
+                return 409, {"error": f"member {self.instance_id} is not held for savepoint {token}"}
+            return 200, {"instance": self.instance_id, "disturbed": self.holds.ended[token]}
+        self.holds.end(token, held.disturbed)
+        self._resume_held()
+        log.info("savepoint hold %s released", token)
+        return 200, {"instance": self.instance_id, "disturbed": held.disturbed}
+
+    def _resume_held(self) -> None:
+        self.consumer.resume([tp for tp in self.assigned if tp[1] not in self.restorer.pending])
 
     def _unrouted(self, msg: Any) -> None:
         """Fetched before a pause or revoke took effect: fetch it again later."""
@@ -432,6 +505,7 @@ class Service:
         """Start the new partitions' tasks, or their restores; returns the input partitions
         to hold paused until their restore is done (``_restored`` resumes them)."""
         self.assigned |= set(tps)
+        self.holds.disturb(f"partitions {sorted(tps)} assigned to member {self.instance_id}")
         self.has_assignment = True
         self.idle_with_lag = None
         self.rebalances["assigned"] += 1
@@ -444,6 +518,8 @@ class Service:
         if self.standby is not None:
             self.standby.refresh_soon()
         self._publish()
+        if self.holds.held is not None:
+            return list(tps)  # held: none of them is processed until the release
         return [tp for tp in tps if tp[1] in self.restorer.pending]
 
     def _active_tasks(self) -> set[int]:
@@ -453,13 +529,15 @@ class Service:
     def _restored(self, partition: int) -> None:
         """Called by the restorer when every store of ``partition`` is at the changelog end."""
         self.runner.start(partition)
-        self.consumer.resume([tp for tp in self.assigned if tp[1] == partition])
+        if self.holds.held is None:  # held: the release resumes it
+            self.consumer.resume([tp for tp in self.assigned if tp[1] == partition])
         log.info("partition %d restored and running", partition)
         self._publish()
 
     def _on_revoke(self, tps: list[TP]) -> None:
         """Commit what was processed, then stop the revoked partitions' tasks."""
         log.info("revoking %s", sorted({p for _, p in tps}))
+        self.holds.disturb(f"partitions {sorted(tps)} revoked from member {self.instance_id}")
         self.rebalances["revoked"] += 1
         self.checkpointer.checkpoint("revoke")
         self._drop(tps)
@@ -473,6 +551,7 @@ class Service:
         log.log(level, "partitions lost %s: the open interval is dropped, and processed again by whoever "
                 "gets them", sorted({p for _, p in tps}))
         self.rebalances["lost"] += 1
+        self.holds.disturb(f"partitions {sorted(tps)} lost by member {self.instance_id}")
         self._drop(tps)
         self.checkpointer.break_interval("partitions lost")
 

@@ -1,20 +1,24 @@
-"""``fw savepoint create``: a complete, consistent snapshot of a stopped service.
+"""``fw savepoint create``: a complete, consistent snapshot of a service.
 
-1. Refused while the group has members: their stores change while they are read (a running
-   service's savepoint is not offered yet).
-2. The group's committed offsets are read, each repartition topic's end, and each source's topic
-   id and ends (a rescale restores only a savepoint whose sources were all processed).
+1. A running service's members are each held at a checkpoint (``HeldService``;
+   ``framework.runtime.hold``): each commits its state, outputs and input offsets, then pauses
+   its inputs while the savepoint is read. With every member held (or the service stopped),
+   the changelogs and the group's offsets are one consistent cut, as if the service had stopped.
+2. The group's committed offsets are read, each repartition topic's end, each source's topic
+   id and ends (a rescale restores only a savepoint whose sources were all processed), and the
+   ends of the topics the service writes.
 3. Every store partition of every task is rebuilt in memory by the runtime's own restore
    (``rebuild_stores``; with ``fw savepoint create --master``, by a Spark job instead:
-   ``framework.replay.snapshot``, the same entries): each changelog read to its end, read_committed. A stopped service's
-   changelogs read to their ends are its state as of its last checkpoint, the one that
-   committed those offsets (exactly-once: both in one transaction). A table read from its own
-   topic is rebuilt from that topic up to the committed offset, as a member would.
+   ``framework.replay.snapshot``, the same entries): each changelog read to its end,
+   read_committed. Those ends are the state as of the cut, the checkpoint that committed
+   those offsets (exactly-once: both in one transaction). A table read from its own topic is
+   rebuilt from that topic up to the committed offset, as a member would.
 4. The records of each repartition topic between the committed offset and the end are read:
    written by an upstream task whose sources' offsets are committed, not yet processed by the
    downstream task. They are part of the state: a restore writes them back as unprocessed.
-5. The stores, the records in flight and the manifest are written; then the group is asked
-   again, and a member that joined meanwhile makes the savepoint void (it is deleted).
+5. The stores, the records in flight and the manifest are written; then the members are
+   released. A rebalance while they were held (or, of a stopped service, a member that joined
+   meanwhile) makes the savepoint void: it is deleted.
 
 At-least-once services checkpoint the same way (state, then offsets); a member killed between
 the two leaves state ahead of its offsets, which the savepoint keeps as it is, as a restart
@@ -35,10 +39,10 @@ from framework.errors import ConfigError
 from framework.kafka.admin import topic_ids
 from framework.kafka.clients import read_range
 from framework.kafka.inspect import Cluster
-from framework.ops.cleanup import refuse_while_running
 from framework.ops.state import rebuild_stores
 from framework.pipeline.definition import Pipeline
 from framework.savepoint.files import InFlight, in_flight_rows, store_rows, write_dataset
+from framework.savepoint.hold import HeldService
 from framework.savepoint.manifest import (
     IN_FLIGHT,
     STORES,
@@ -53,9 +57,7 @@ from framework.state.base import STEP_META_KEY
 from framework.state.memory import MemoryBackend
 
 TP = tuple[str, int]
-_NOT_OFFERED = ("create the savepoint (a savepoint of a running service is not offered yet: its stores change "
-                "while they are read)")
-NOT_RUNNING = ("a savepoint", _NOT_OFFERED)
+HOLD_S = 300.0  # how long the members of a running service are held at most (--hold)
 
 
 # Writes every store of a savepoint into its directory and returns what the manifest says of
@@ -65,29 +67,30 @@ StoresWriter = Callable[[Path, Mapping[str, Any], Pipeline, int, Mapping[TP, int
 
 
 def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path | None = None,
-                     stores_by: StoresWriter | None = None) -> tuple[Path, Manifest]:
-    """Write a savepoint of the stopped service ``pipeline`` to ``path`` (default:
-    ``default_path``), its stores by ``stores_by`` (default ``local_stores``); return where,
-    and its manifest."""
-    refuse_while_running(settings, pipeline.name, *NOT_RUNNING)
+                     stores_by: StoresWriter | None = None, hold_s: float = HOLD_S) -> tuple[Path, Manifest]:
+    """Write a savepoint of the service ``pipeline`` to ``path`` (default: ``default_path``),
+    its stores by ``stores_by`` (default ``local_stores``); return where, and its manifest.
+    The members of a running service are held at a checkpoint meanwhile, for at most
+    ``hold_s`` (``HeldService``)."""
     created = datetime.now(UTC)
     target = path or default_path(pipeline.name, created)
     if target.exists() and any(target.iterdir()):
         raise ConfigError(f"{target} exists and is not empty: a savepoint goes to a directory of its own. Fix: name "
                           "another --path, or leave it out (a new directory under FW_SAVEPOINT_DIR)")
-    tasks, committed, flight, sources = _positions(settings, pipeline)
-    target.mkdir(parents=True, exist_ok=True)
     try:
-        stores = (stores_by or local_stores)(target, settings, pipeline, tasks, committed)
-        repartition = {topic: _write_in_flight(target, settings, pipeline.name, topic, ranges)
-                       for topic, ranges in flight.items()}
-        offsets: dict[str, dict[int, int]] = {}
-        for (topic, p), offset in sorted(committed.items()):
-            offsets.setdefault(topic, {})[p] = offset
-        manifest = Manifest(pipeline.name, pipeline.target or "", created.isoformat(timespec="milliseconds"),
-                            tasks, describe_pipeline(pipeline), stores, offsets, repartition, sources=sources)
-        manifest.save(target)
-        refuse_while_running(settings, pipeline.name, *NOT_RUNNING)  # one joined meanwhile: nothing to trust
+        with HeldService(settings, pipeline.name, hold_s) as held:
+            tasks, committed, flight, sources, outputs = _positions(settings, pipeline)
+            target.mkdir(parents=True, exist_ok=True)
+            stores = (stores_by or local_stores)(target, settings, pipeline, tasks, committed)
+            repartition = {topic: _write_in_flight(target, settings, pipeline.name, topic, ranges)
+                           for topic, ranges in flight.items()}
+            offsets: dict[str, dict[int, int]] = {}
+            for (topic, p), offset in sorted(committed.items()):
+                offsets.setdefault(topic, {})[p] = offset
+            manifest = Manifest(pipeline.name, pipeline.target or "", created.isoformat(timespec="milliseconds"),
+                                tasks, describe_pipeline(pipeline), stores, offsets, repartition, sources=sources,
+                                held=held, outputs=outputs)
+            manifest.save(target)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
@@ -95,10 +98,11 @@ def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path
 
 
 def _positions(settings: Mapping[str, Any], pipeline: Pipeline) -> tuple[
-        int, dict[TP, int], dict[str, dict[int, tuple[int, int]]], dict[str, SourceInfo]]:
+        int, dict[TP, int], dict[str, dict[int, tuple[int, int]]], dict[str, SourceInfo], dict[str, dict[int, int]]]:
     """The service's partition count, its group's committed offsets, the range of each
     repartition topic's partitions in flight (from the committed offset, where none is the
-    log's start: a member starts there, to the end), and each source's topic id and ends."""
+    log's start: a member starts there, to the end), each source's topic id and ends, and the
+    ends of the topics it writes (what it had written as of the savepoint)."""
     cluster = Cluster(settings)
     try:
         tasks = len(cluster.partitions(pipeline.sources()[0].topic.name))
@@ -107,6 +111,9 @@ def _positions(settings: Mapping[str, Any], pipeline: Pipeline) -> tuple[
         names = sorted({s.topic.name for s in pipeline.sources()})
         ids = topic_ids(cluster.admin, names)
         ends = {t: cluster.offsets(t) for t in names}
+        written = sorted({t.name for t in pipeline.sink_topics()} | {pipeline.dead_letter.name})
+        present = {t.name for t in cluster.topics()}
+        outputs = {t: {p: end for p, (_, end) in cluster.offsets(t).items()} for t in written if t in present}
     finally:
         cluster.close()
     left = unprocessed_records(settings, pipeline.name, committed, ends)
@@ -114,7 +121,7 @@ def _positions(settings: Mapping[str, Any], pipeline: Pipeline) -> tuple[
                              {p: left.get((t, p), 0) for p in parts}) for t, parts in ends.items()}
     flight = {t: {p: (committed.get((t, p), start), end) for p, (start, end) in parts.items()}
               for t, parts in bounds.items()}
-    return tasks, committed, flight, sources
+    return tasks, committed, flight, sources, outputs
 
 
 def unprocessed_records(settings: Mapping[str, Any], service: str, committed: Mapping[TP, int],

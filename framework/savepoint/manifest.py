@@ -87,6 +87,10 @@ class Manifest:
     state_format: int = STATE_FORMAT
     notes: list[str] = field(default_factory=list)
     sources: dict[str, SourceInfo] = field(default_factory=dict)  # empty in savepoints of earlier releases
+    held: list[str] = field(default_factory=list)  # the members held while it was read (none: the service stopped)
+    # the end of each topic the service writes (sinks, dead letters), read_committed, as of the savepoint:
+    # what it had written then (a rollback's outputs follow these offsets)
+    outputs: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)  # in the order of the fields, signatures as the steps give them
@@ -104,6 +108,7 @@ class Manifest:
             data["repartition"] = {t: RepartitionInfo(**{**r, "committed": _int_keys(r["committed"]),
                                                          "end": _int_keys(r["end"])})
                                    for t, r in data["repartition"].items()}
+            data["outputs"] = {t: _int_keys(parts) for t, parts in data.get("outputs", {}).items()}
             data["sources"] = {t: SourceInfo(r["id"], _int_keys(r["ends"]), _int_keys(r["unprocessed"]))
                                for t, r in data.get("sources", {}).items()}
             return cls(**data)

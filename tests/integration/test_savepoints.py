@@ -10,6 +10,7 @@ while a member runs."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 
 from framework.engine.partitioner import partition_for
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+from framework.kafka.groups import group_members
 from framework.serde.keys import KeySerde
 from framework.serde.values import ValueCodec
 from tests.integration.harness import (
@@ -64,9 +66,9 @@ def _in_flight(bootstrap: str, service: str) -> None:
         for x in X])
 
 
-def _expected_windows(readings: list[dict[str, Any]]) -> int:
-    """Windows that fire once both partitions reach END: each (group, second) before it."""
-    return len({(r["g"], (r["ts"] - BASE) // 1000) for r in readings if (r["ts"] - BASE) // 1000 * 1000 + 1000 <= END})
+def _expected_windows(readings: list[dict[str, Any]], end: int = END) -> int:
+    """Windows that fire once both partitions reach ``end``: each (group, second) before it."""
+    return len({(r["g"], (r["ts"] - BASE) // 1000) for r in readings if (r["ts"] - BASE) // 1000 * 1000 + 1000 <= end})
 
 
 ALL = [v for _, _, v in A + B + C] + X
@@ -184,19 +186,16 @@ def test_a_changed_pipeline_restores_a_new_step_empty_and_a_dropped_one_only_whe
     _produce(kafka_bootstrap, f"sp-in-{unique}", A)
     svc.start()
     wait_until(lambda: len(out.totals()) == len(A), 180, "the totals of A", svc.log_text)
-    [member] = fw_json(env, "group", "describe", V1)["members"]
-    running = f"{member['host']}/{member['client_id']}"
-    refused = fw_process(env, "savepoint", "create", V1)
-    assert (refused.returncode, refused.stderr) == (1, (
-        f"error: consumer group '{service}' has 1 active member(s) ({running}): a savepoint would race them. Fix: "
-        "stop every instance of the service, then create the savepoint (a savepoint of a running service is not "
-        "offered yet: its stores change while they are read)\n"))
-    assert not (tmp_path / "savepoints").exists()
+    held = fw_json(env, "savepoint", "create", V1, "--path", str(tmp_path / "running"))  # the member held
+    assert held["held"] == ["s"]
     assert svc.stop() == 0
 
     made = fw_json(env, "savepoint", "create", V1)
     path = Path(made["path"])
     assert path.parent == tmp_path / "savepoints" / service
+    assert made["held"] == [] and made["stores"] == held["stores"]  # nothing came in between
+    assert pq.read_table(path / "stores" / "totals").sort_by("key").equals(
+        pq.read_table(tmp_path / "running" / "stores" / "totals").sort_by("key"))
     [listed] = fw_json(env, "savepoint", "list", service)
     assert (listed["path"], listed["service"], listed["stores"]["totals"]["entries"]) == (str(path), service, 6)
 
@@ -234,3 +233,70 @@ def test_a_changed_pipeline_restores_a_new_step_empty_and_a_dropped_one_only_whe
     assert {k: v[0] for k, v in counts.items()} == {b"u0": 1, b"u1": 1, b"u2": 1, b"u3": 1}  # started empty
     totals = _per_key(_after(out.totals(), marks))
     assert {k: v[0][0] for k, v in totals.items()} == {b"u0": 12, b"u1": 12, b"u2": 12, b"u3": 12}  # 11 in A
+
+
+def test_a_savepoint_of_the_running_service_holds_its_members_at_one_checkpoint_and_a_rollback_to_it_is_exact(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """Two members run; while a producer writes B and they process it, the savepoint holds both
+    at a checkpoint (their inputs paused), reads the service and releases them; they go on to
+    the end of B.
+    Stopped and restored to the savepoint, the service runs over C: per key, the outputs
+    written up to the savepoint (its manifest's ``outputs``) followed by those after the
+    restore, read_committed, equal a service that never went past the savepoint."""
+    env, _ = _setup(kafka_bootstrap, unique, tmp_path, "s0")
+    members = [ServiceProcess(V1, tmp_path, f"s{i}", env) for i in range(2)]
+    services.extend(members)
+    out, source = Outputs(kafka_bootstrap, unique), f"sp-in-{unique}"
+    end = 400_000  # C's last two readings move both partitions past every window
+    a, b = _readings(range(300)), _readings(range(300, 1500))
+    c = _readings([*range(1500, 1600), end // 100, end // 100 + 1])
+    everything = [v for _, _, v in a + b + c]
+    _produce(kafka_bootstrap, source, a)
+    for m in members:
+        m.start()
+    admin = admin_client({"bootstrap.servers": kafka_bootstrap})
+
+    def settled() -> bool:  # both members hold an input partition, the group stable
+        stable, held = group_members(admin, f"sp-{unique}")
+        return stable and len(held) == 2 and all(any(t == source for t, _ in parts) for _, _, parts in held)
+
+    wait_until(lambda: len(out.totals()) == len(a) and settled(), 180, "the totals of A, both members running",
+               lambda: members[0].log_text())
+
+    writer = threading.Thread(target=lambda: [_produce(kafka_bootstrap, source, b[i:i + 20])
+                                              for i in range(0, len(b), 20)])
+    writer.start()
+    wait_until(lambda: len(out.totals()) > len(a) + 100, 180, "some of B processed", lambda: members[0].log_text())
+    made = fw_json(env, "savepoint", "create", V1, "--path", str(tmp_path / "sp"))
+    writer.join()
+    assert sorted(made["held"]) == ["s0", "s1"]
+    manifest = json.loads((tmp_path / "sp" / "manifest.json").read_text())
+    saved = manifest["offsets"][source]
+    assert sum(saved.values()) > len(a) + 100  # mid-stream: the hold's checkpoint committed what was processed
+    logs = "".join(m.log_text() for m in members)
+    assert logs.count("held for savepoint ") == 2 and logs.count(" released") == 2
+    wait_until(lambda: len(out.totals()) == len(a + b), 180, "the totals of B", lambda: members[0].log_text())
+    for m in members:
+        assert m.stop() == 0
+
+    fw_json(env, "savepoint", "restore", V1, str(tmp_path / "sp"))
+    marks = {"totals": _marks(out.totals()), "windows": _marks(out.windows())}
+    kept = {"totals": manifest["outputs"][f"sp-totals-{unique}"], "windows": manifest["outputs"][f"sp-windows-{unique}"]}
+    _produce(kafka_bootstrap, source, c)
+    after = len(everything) - sum(saved.values())
+    windows = _expected_windows(everything, end)
+    _run(members[0], lambda: (len(_after(out.totals(), marks["totals"])) == after
+                              and len([r for r in out.windows() if r.offset < kept["windows"].get(str(r.partition), 0)])
+                              + len(_after(out.windows(), marks["windows"])) == windows),
+         "the outputs after the restore")
+
+    _, ref = _setup(kafka_bootstrap, f"{unique}r", tmp_path, "r")
+    services.append(ref)
+    ref_out = Outputs(kafka_bootstrap, f"{unique}r")
+    _produce(kafka_bootstrap, f"sp-in-{unique}r", a + b + c)
+    _run(ref, lambda: len(ref_out.totals()) == len(everything) and len(ref_out.windows()) == windows,
+         "the reference's outputs")
+    for topic, read in (("totals", out.totals), ("windows", out.windows)):
+        records = read()
+        before = [r for r in records if r.offset < kept[topic].get(str(r.partition), 0)]
+        assert _per_key(before + _after(records, marks[topic])) == _per_key(getattr(ref_out, topic)()), topic
