@@ -137,15 +137,18 @@ def _lat_cell(d: dict, r: dict | None) -> str:
     return cell + (" ‡" if tp and tp < r["rate"] else "")
 
 
-def table(d: dict, title: str, rows: list[dict], cell: Callable[[dict | None], str], metric: str = "records_per_s") -> list[str]:
-    """One row per workload and guarantee, one column per system of ``d``."""
+def table(d: dict, title: str, rows: list[dict], cell: Callable[[dict | None], str], metric: str = "records_per_s",
+          rate: bool = False) -> list[str]:
+    """One row per workload and guarantee, one column per system of ``d``; with ``rate``, first
+    the input rate of the case (a latency phase feeds every system of a case at one rate)."""
     systems, idx = _systems(d), _index(rows, metric)
-    out = [f"**{title}**", "", "| workload | guarantee | " + " | ".join(systems) + " |",
-           "|---|---|" + "---:|" * len(systems)]
+    out = [f"**{title}**", "", "| workload | guarantee | " + ("input, records/s | " if rate else "")
+           + " | ".join(systems) + " |", "|---|---|" + "---:|" * (len(systems) + rate)]
     for w, g in _cases(d):
-        if not any((w, g, s) in idx for s in systems):
-            continue
-        out.append(f"| {w} | {G[g]} | " + " | ".join(cell(idx.get((w, g, s))) for s in systems) + " |")
+        mine = [idx[(w, g, s)] for s in systems if (w, g, s) in idx]
+        if mine:
+            out.append(f"| {w} | {G[g]} | " + (f"{_fmt(mine[0].get('rate'))} | " if rate else "")
+                       + " | ".join(cell(idx.get((w, g, s))) for s in systems) + " |")
     return out + [""]
 
 
@@ -232,14 +235,15 @@ def latency_section(d: dict) -> list[str]:
         "## End-to-end latency at a fixed rate",
         "",
         ("A fresh input topic fed at half of the framework's best throughput for the workload and guarantee; "
-        "latency from the input's produce time (W1, W2) or from the moment a window could close (window end + 2 s "
-        "bound: W3, W4) to a separate read_committed consumer seeing the output. Under exactly-once an output "
+        "latency from the input's produce time (W1, W2) or from the moment a window could close (window end + "
+        f"{d['config']['watermark_bound_ms'] / 1000:g} s bound: W3, W4) to a separate read_committed consumer "
+        "seeing the output. Under exactly-once an output "
         "becomes visible when its transaction commits, once per checkpoint interval, so a record waits up to one "
         "interval and then for the commit."),
         "",
         *table(d, "p50 / p99 / max, ms (‡ = the input rate is above the system's throughput over the backlog: "
-               "it falls behind and its latency grows with the run)", d["latency"], lambda r: _lat_cell(d, r), "p99_ms"),
-        *table(d, "input rate, records/s", d["latency"], lambda r: _fmt(r.get("rate")) if r else "–", "p99_ms"),
+               "it falls behind and its latency grows with the run)", d["latency"], lambda r: _lat_cell(d, r), "p99_ms",
+               rate=True),
     ]
 
 
