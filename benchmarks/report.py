@@ -504,7 +504,9 @@ def targets_section(d: dict, json_name: str, extra: list[tuple[str, dict]], low:
         ("Low-latency exactly-once (100 ms checkpoint" + (f", `{low[0]}`)" if low else ")"), _low_targets(d, low)),
     ] + [(f"Replay on Spark, `{name}`", replay_targets(e)) for name, e in replays]
     lines = ["## Targets", "", (f"Figures of the main run (`{json_name}`) unless the row or the heading names another "
-             "run; *not measured*: the given files have no run of it."), ""]
+             "run; *not measured*: the given files have no run of it. Memory is flat when the last third of a run "
+             "peaks at most 10% above the middle third (the first third is warm-up: state and buffers filling), so "
+             "a 20 s latency phase is a weak test and the soak the real one."), ""]
     for title, rows in groups:
         if rows:
             lines += [f"**{title}**", "", *TARGET_HEAD, *rows, ""]
