@@ -427,7 +427,7 @@ class GroupConsumer:
             # librdkafka stops fetching a partition while queued.min.messages (100,000) wait and
             # then waits this long (1 s by default) before it looks again: a member with few
             # partitions drained them faster than that and waited (fw-n, W1: 234,000-240,000
-            # records/s with the default, 320,000-330,000 with 10 ms; docs/benchmarks.md)
+            # records/s with the default, 320,000-330,000 with 10 ms; benchmarks/NOTES.md)
             "fetch.queue.backoff.ms": 10,
             "logger": CLIENT_LOG,
         }

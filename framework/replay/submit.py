@@ -186,8 +186,9 @@ def _add_module(z: zipfile.ZipFile, source: Path, arcname: str, pyc: Path) -> No
 
 # In local mode the driver's JVM is the executor too. Its JIT compilers (C2) took 5-8 CPU s
 # of every 1,000,000-record replay on two cores, compiling code that runs for seconds; with
-# C1 alone a replay used about a third less CPU and ran as fast or faster (docs/benchmarks.md,
-# "Replay on Spark"). A cluster's executors are other JVMs, long-lived: left to their default.
+# C1 alone a replay used about a third less CPU and ran as fast or faster (benchmarks/NOTES.md,
+# "Replay on Spark: reads that waited, the JIT, ..."). A cluster's executors are other JVMs,
+# long-lived: left to their default.
 LOCAL_JIT = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
 
 
