@@ -33,10 +33,12 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -490,6 +492,7 @@ class ProcTree:
 class Launch:
     cmd: list[str]
     env: dict[str, str]
+    status_url: str | None = None  # fw-1's status endpoint: its checkpoints' phases (``checkpoint_phases``)
 
 
 def launch_spec(system: str, workload: str, guarantee: str, bootstrap: str, input_topic: str, output_topic: str,
@@ -509,7 +512,10 @@ def launch_spec(system: str, workload: str, guarantee: str, bootstrap: str, inpu
         cmd += ["run", "benchmarks.apps.fw_app:pipeline", "--log-level", "WARNING"]
         if system == "fw-n":
             cmd += ["--processes", str(cores)]
-        return Launch(cmd, env)
+            return Launch(cmd, env)
+        port = free_port()
+        env.update(FW_OBSERVE__HOST="127.0.0.1", FW_OBSERVE__PORT=str(port))
+        return Launch(cmd, env, f"http://127.0.0.1:{port}/status")
     if system == "quix":
         return Launch([QUIX_PY, str(BENCH / "apps" / "quix_app.py")], env)
     if system == "kstreams":
@@ -528,6 +534,26 @@ def launch_spec(system: str, workload: str, guarantee: str, bootstrap: str, inpu
     if system == "raw":
         return Launch([PY, str(BENCH / "apps" / "raw_app.py")], env)
     raise ValueError(system)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def checkpoint_phases(spec: Launch) -> dict[str, Any] | None:
+    """fw-1's checkpoints as its ``/status`` last published them: how many completed and the
+    mean milliseconds of each part (``phases_ms``: state, flush, offsets, commit), where a short
+    checkpoint interval's time goes. None for other systems, or when it does not answer."""
+    if spec.status_url is None:
+        return None
+    try:
+        with urllib.request.urlopen(spec.status_url, timeout=5) as answer:
+            member = json.load(answer)["members"][0]["checkpoint"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    return {k: member.get(k) for k in ("completed", "failed", "phases_ms", "interval_s")}
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 30) -> None:
@@ -614,6 +640,7 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
         samples.append((time.monotonic() - t_launch, prog.committed(), final_out, cpu, rss, hwm, broker_cpu()))
     finally:
         prog.close()
+        checkpoints = checkpoint_phases(spec)
         stop(proc)
         if spy is not None:
             try:
@@ -631,6 +658,8 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
         res.update(_partial_rate(samples))
     res["peak_rss_mb"] = round(max(s[5] for s in samples) / 2**20, 1) if samples else None
     res["rss_mb_series"] = _series(samples)
+    if checkpoints:
+        res["checkpoints"] = checkpoints
     if status == "ok":
         got = reduce_outputs(workload, read_all(ctx.bootstrap, out_topic))
         res["check"] = compare(expected, got)
@@ -785,6 +814,7 @@ def latency_run(ctx: Ctx, system: str, workload: str, guarantee: str, rate: int)
         cpu, rss, hwm = tree.sample()
         rss_samples.append((time.time() - t0, rss, hwm, cpu))
     finally:
+        checkpoints = checkpoint_phases(spec)
         stop(proc)
         watcher.send_signal(signal.SIGTERM)
         watcher.wait(60)
@@ -800,6 +830,8 @@ def latency_run(ctx: Ctx, system: str, workload: str, guarantee: str, rate: int)
            "rss_mb_series": [[round(s[0], 1), round(s[1] / 2**20, 1)]
                              for s in rss_samples[:: max(1, len(rss_samples) // 12)]],
            "cpu_s": round(rss_samples[-1][3], 2) if rss_samples else None}
+    if checkpoints:
+        res["checkpoints"] = checkpoints
     return res
 
 

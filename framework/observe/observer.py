@@ -229,7 +229,7 @@ class Observer:
             "records_processed": runner.records, "process_rate": round(self.rate, 1), "lag": lag_total,
             "partitions": partitions, "inputs": inputs, "watermarks": watermarks,
             "checkpoint": {"completed": ckpt.completed, "failed": ckpt.aborted,
-                           "last_duration_s": round(ckpt.last_duration_s, 4),
+                           "last_duration_s": round(ckpt.last_duration_s, 4), "phases_ms": ckpt.phases_ms(),
                            "age_s": round(age, 3), "interval_s": ckpt.interval_s},
             "restore": {"restored": restorer.restored_records, "remaining": remaining,
                         "rate": round(rate, 1), "eta_s": round(remaining / rate, 1) if rate > 0 and remaining else None,

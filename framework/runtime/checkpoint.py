@@ -32,6 +32,7 @@ from framework.kafka.clients import TP, classify
 from framework.runtime.faults import crash_point
 
 log = logging.getLogger("framework.checkpoint")
+PHASES = ("state", "flush", "offsets", "commit")  # the parts of a checkpoint timed (``phases_ms``)
 _RETRIES = 5
 _ABANDON_ABORT_S = 5.0
 
@@ -77,6 +78,10 @@ class Checkpointer:
         self.last_completed_at = 0.0
         self.committed_as_of = time.time()  # everything processed before this is committed
         self.broken: str | None = None  # why the open interval can commit nothing more
+        # seconds spent in each part of the completed checkpoints, summed (``phases_ms``): where a
+        # checkpoint's time goes, which bounds how short an interval can be
+        self.phase_totals_s = dict.fromkeys(PHASES, 0.0)
+        self._interval_phases = dict.fromkeys(PHASES, 0.0)
         self.on_checkpoint: Callable[[float], None] = lambda duration_s: None
         self.on_broken: Callable[[str], None] = lambda why: None
 
@@ -98,6 +103,7 @@ class Checkpointer:
             self.committed_as_of = time.time()  # nothing new since the last one: all committed
             return
         started = time.monotonic()
+        self._interval_phases = dict.fromkeys(PHASES, 0.0)  # commit() times its calls into it
         positions = self.consumer.positions()
         try:
             changelog_records = self.runner.checkpoint(positions, self)        # 1-5
@@ -112,6 +118,10 @@ class Checkpointer:
         self.completed += 1
         self.last_completed_at = self.committed_as_of = time.time()
         self.last_duration_s = time.monotonic() - started
+        calls = self._interval_phases
+        calls["state"] = max(self.last_duration_s - sum(v for k, v in calls.items() if k != "state"), 0.0)
+        for phase, took in calls.items():
+            self.phase_totals_s[phase] += took
         self.on_checkpoint(self.last_duration_s)
         log.debug("checkpoint %d (%s): %d changelog records, positions %s, %.1f ms", self.completed,
                   reason, changelog_records, positions, self.last_duration_s * 1000)
@@ -119,15 +129,28 @@ class Checkpointer:
     def commit(self, positions: Mapping[TP, int]) -> Mapping[TP, int]:
         """Steps 2-4 (the runner's ``CheckpointSink``): flush, then offsets and outputs
         committed together; the changelog offsets the state write records."""
+        took = self._interval_phases = dict.fromkeys(PHASES, 0.0)
+        at = time.perf_counter()
         self._call(lambda: self.output.flush(self.timeout_s))                     # 2
         crash_point("after_flush")
+        took["flush"], at = time.perf_counter() - at, time.perf_counter()
         if self.exactly_once:
             metadata = self.consumer.group_metadata()
             self._call(lambda: self.output.send_offsets(positions, metadata, self.timeout_s))  # 3
+            took["offsets"], at = time.perf_counter() - at, time.perf_counter()
             self._call(lambda: self.output.commit(self.timeout_s))                # 4
         else:
             self._call(lambda: self.consumer.commit(positions))
+        took["commit"] = time.perf_counter() - at
         return self.output.take_changelog_ends()
+
+    def phases_ms(self) -> dict[str, float]:
+        """The mean milliseconds of each part of a completed checkpoint: ``state`` (the write
+        caches to the changelogs, then to RocksDB: steps 1 and 5, with 6), ``flush`` (every
+        delivery report in: step 2), ``offsets`` (send_offsets_to_transaction: 3) and ``commit``
+        (commit_transaction, or the consumer's commit at-least-once: 4)."""
+        n = self.completed or 1
+        return {phase: round(total * 1000 / n, 2) for phase, total in self.phase_totals_s.items()}
 
     def _call(self, fn: Callable[[], None]) -> None:
         for attempt in range(_RETRIES):

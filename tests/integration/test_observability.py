@@ -103,6 +103,11 @@ def test_counters_lag_watermarks_and_checkpoint_age_match_what_was_processed(
         assert metric_values(url + "/metrics", "fw_checkpoints_total")[()] >= 1
         interval = member["checkpoint"]["interval_s"]
         assert interval == 0.5
+        # where a checkpoint's time goes: every part of an exactly-once one took some (the
+        # means of completed checkpoints), the broker's round trips in offsets and commit
+        phases = _member(url)["checkpoint"]["phases_ms"]
+        assert set(phases) == {"state", "flush", "offsets", "commit"}
+        assert all(v >= 0 for v in phases.values()) and phases["offsets"] > 0 and phases["commit"] > 0
         assert max(ages) <= interval + 2.0, ages  # never far beyond the interval while healthy
     finally:
         assert svc.stop() == 0
