@@ -214,7 +214,8 @@ def rebuild_stores(pipeline: Pipeline, settings: Mapping[str, Any], tasks: int,
             committed = cluster.committed(pipeline.name)
         finally:
             cluster.close()
-    restorer = Restorer(runner, reader, lambda topics: topic_ids(admin, topics), lambda _p: None, committed.get)
+    restorer = Restorer(runner, reader, lambda topics: topic_ids(admin, topics), lambda _p: None,
+                        lambda tps: {tp: committed.get(tp) for tp in tps})
     try:
         restorer.start(partitions)
         deadline = time.monotonic() + _RESTORE_TIMEOUT_S

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from framework.engine.runner import ChangelogInfo, StoreRestore, TaskRunner
@@ -60,8 +60,9 @@ class Restorer:
         ids = changelog_ids(self.runner, self.topic_ids)
         assign: list[tuple[TP, int | None]] = []
         done: list[int] = []
+        committed = table_positions(self.runner, self.committed, partitions)
         for p in partitions:
-            infos = changelog_infos(self.runner, self.reader, ids, p, self.committed)
+            infos = changelog_infos(self.runner, self.reader, ids, p, committed)
             items = self.runner.restore_plan(p, infos)
             for item in items:
                 log.info("restoring %s[%d] from %s, offset %d to about %d", item.store, p, item.changelog[0],
@@ -174,21 +175,30 @@ def changelog_ids(runner: TaskRunner, topic_ids: Callable[[Iterable[str]], dict[
     return topic_ids(topics) if topics else {}
 
 
-Committed = Callable[[TP], "int | None"]  # the service group's committed offset of an input partition
+# the service group's committed offsets of input partitions, asked in one request (None: none committed)
+Committed = Callable[[list[TP]], Mapping[TP, "int | None"]]
+
+
+def table_positions(runner: TaskRunner, committed: Committed, partitions: Iterable[int]) -> Mapping[TP, int | None]:
+    """The group's committed offsets in the topics that tables of ``partitions`` are restored
+    from (``table_topics``), in one request: where those restores end."""
+    tps = [(topic, p) for topic in sorted(table_topics(runner)) for p in partitions]
+    return committed(tps) if tps else {}
 
 
 def changelog_infos(runner: TaskRunner, reader: ChangelogReader, ids: dict[str, str],
-                    partition: int, committed: Committed) -> dict[str, ChangelogInfo]:
+                    partition: int, committed: Mapping[TP, int | None]) -> dict[str, ChangelogInfo]:
     """Each changelog partition of task ``partition`` as it is now, for ``restore_plan``. A
-    table read from its own topic ends at the group's committed offset there: what the
-    service has processed (nothing when nothing is committed). Offsets are queried before the
-    reader fetches: once it does, each query waits behind the fetches."""
+    table read from its own topic ends at the group's committed offset there (``committed``,
+    from ``table_positions``): what the service has processed (nothing when nothing is
+    committed). Offsets are queried before the reader fetches: once it does, each query waits
+    behind the fetches."""
     tables = table_topics(runner)
     infos = {}
     for topic, incarnation in ids.items():
         start, end = reader.offsets((topic, partition), 30.0)
         if topic in tables:
-            at = committed((topic, partition))
+            at = committed.get((topic, partition))
             end = start if at is None else min(max(at, start), end)
         infos[topic] = ChangelogInfo(incarnation, start, end)
     _await_markers(runner, reader, partition, infos)

@@ -492,10 +492,10 @@ class Service:
 
     # -- assignment ----------------------------------------------------------------------
 
-    def _committed(self, tp: TP) -> int | None:
-        """The group's committed offset of input partition ``tp``: where a table read from its
-        own topic is restored to."""
-        return self.consumer.committed([tp], self.config.processing.revoke_timeout_ms / 1000)[tp]
+    def _committed(self, tps: list[TP]) -> dict[TP, int | None]:
+        """The group's committed offsets of input partitions ``tps``, in one request: where a
+        table read from its own topic is restored to."""
+        return self.consumer.committed(tps, self.config.processing.revoke_timeout_ms / 1000)
 
     def _publish(self) -> None:
         if self.observer is not None:

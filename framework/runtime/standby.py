@@ -31,7 +31,13 @@ from framework.engine.runner import StoreRestore, TaskRunner
 from framework.errors import FatalKafkaError, KafkaClientError
 from framework.kafka.clients import TP, ChangelogReader
 from framework.kafka.connect import client_failure
-from framework.runtime.restore import Committed, changelog_ids, changelog_infos, table_topics
+from framework.runtime.restore import (
+    Committed,
+    changelog_ids,
+    changelog_infos,
+    table_positions,
+    table_topics,
+)
 
 log = logging.getLogger("framework.standby")
 REFRESH_S = 5.0
@@ -128,8 +134,9 @@ class Standby:
         if self._ids is None:
             self._ids = changelog_ids(self.runner, self.topic_ids)
         assign: list[tuple[TP, int | None]] = []
+        committed = table_positions(self.runner, self._committed, partitions)
         for p in partitions:
-            infos = changelog_infos(self.runner, self.reader, self._ids, p, self._committed)
+            infos = changelog_infos(self.runner, self.reader, self._ids, p, committed)
             items = self.runner.restore_plan(p, infos, current=True)
             self.tasks[p] = items
             for item in items:
@@ -207,8 +214,9 @@ class Standby:
     def _advance_bounds(self) -> None:
         """A table's own topic is copied as far as the group has committed: move each bound to
         the committed offset now, and read on where the copy was waiting at the old one."""
+        committed = self._committed(list(self.bound)) if self.bound else {}
         for tp in list(self.bound):
-            at = self._committed(tp)
+            at = committed.get(tp)
             if at is not None and at > self.bound[tp]:
                 self.bound[tp] = at
                 if tp in self.held:
