@@ -15,12 +15,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pyarrow.parquet as pq
 
 from framework.engine.partitioner import partition_for
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from framework.kafka.groups import group_members
+from framework.observe.endpoint import ask_json, parse_client_id
 from framework.serde.keys import KeySerde
 from framework.serde.values import ValueCodec
 from tests.integration.harness import (
@@ -300,3 +302,56 @@ def test_a_savepoint_of_the_running_service_holds_its_members_at_one_checkpoint_
         records = read()
         before = [r for r in records if r.offset < kept[topic].get(str(r.partition), 0)]
         assert _per_key(before + _after(records, marks[topic])) == _per_key(getattr(ref_out, topic)()), topic
+
+
+def _endpoints(bootstrap: str, service: str) -> dict[str, str]:
+    """instance -> status endpoint of each member of ``service``, as fw savepoint create finds them."""
+    _, members = group_members(admin_client({"bootstrap.servers": bootstrap}), service)
+    found = [parse_client_id(cid, service, host) for cid, host, _ in members]
+    return {a.instance: str(a.endpoint) for a in found}
+
+
+def _post(endpoint: str, action: str, **params: str) -> tuple[int, Any]:
+    return ask_json(f"{endpoint}/savepoint/{action}?{urlencode(params)}", 90, method="POST")
+
+
+def test_a_held_member_says_at_its_release_whether_a_rebalance_or_the_end_of_its_hold_came_first(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """The member's side of a running service's savepoint, through its endpoint: a hold
+    answers once the member has checkpointed and paused its partitions; a member joining
+    meanwhile (a rebalance) is named at the release; a hold not released in time ends by
+    itself, and the late release says so; the member then processes what waited."""
+    env, s0 = _setup(kafka_bootstrap, unique, tmp_path, "s0")
+    s1 = ServiceProcess(V1, tmp_path, "s1", env)
+    services.extend([s0, s1])
+    service, out, source = f"sp-{unique}", Outputs(kafka_bootstrap, unique), f"sp-in-{unique}"
+    _produce(kafka_bootstrap, source, A)
+    s0.start()
+    wait_until(lambda: len(out.totals()) == len(A) and "s0" in _endpoints(kafka_bootstrap, service), 180,
+               "the totals of A", s0.log_text)
+    endpoint = _endpoints(kafka_bootstrap, service)["s0"]
+
+    code, held = _post(endpoint, "hold", token="t1", seconds="120")
+    assert code == 200 and held["instance"] == "s0"
+    assert sorted(map(tuple, held["partitions"])) == [(f"{service}-by-group-repartition", 0),
+                                                      (f"{service}-by-group-repartition", 1), (source, 0), (source, 1)]
+    assert _post(endpoint, "hold", token="t9", seconds="10") == (409, {
+        "error": "member s0 is held for another savepoint (t1); ask again when it is done"})
+    s1.start()  # a rebalance while s0 is held
+    wait_until(lambda: "s1" in _endpoints(kafka_bootstrap, service) and "disturbed" in s0.log_text(), 180,
+               "s1 to join and s0 to note it", s0.log_text)
+    code, released = _post(endpoint, "release", token="t1")
+    assert code == 200 and released["instance"] == "s0"
+    assert released["disturbed"].startswith("partitions [") and "member s0" in released["disturbed"]
+
+    code, _ = _post(endpoint, "hold", token="t2", seconds="1")
+    assert code == 200
+    wait_until(lambda: "savepoint hold t2 ended by itself after 1 s" in s0.log_text(), 60, "the hold to end",
+               s0.log_text)
+    assert _post(endpoint, "release", token="t2") == (200, {
+        "instance": "s0", "disturbed": "the hold ended by itself after 1 s, before the release: the member "
+                                       "processed again"})
+    assert _post(endpoint, "release", token="t3") == (409, {"error": "member s0 is not held for savepoint t3"})
+
+    _produce(kafka_bootstrap, source, B)
+    wait_until(lambda: len(out.totals()) == len(A) + len(B), 180, "B processed after the holds", s0.log_text)
