@@ -18,6 +18,7 @@ from framework.state.base import META_END, META_PREFIX, StorePartition
 
 _DELETED = object()
 _MISSING = object()
+_ABSENT_MAX = 200_000  # keys remembered as absent from the backend, per store partition and interval
 
 encode_value = DEFAULT_CODEC.encode
 """A state value as bytes, in the framework's value encoding (docs/state-format.md)."""
@@ -32,7 +33,7 @@ class CachedPartition:
     is not part of it (it was not in the changelog): it stays cached for the next checkpoint.
     """
 
-    __slots__ = ("backend", "name", "_cache", "_snapshot", "_pending", "_encode", "_loads")
+    __slots__ = ("backend", "name", "_cache", "_snapshot", "_pending", "_encode", "_loads", "_absent")
 
     def __init__(self, backend: StorePartition, codec: ValueCodec = DEFAULT_CODEC, name: str = "state") -> None:
         self.backend = backend
@@ -42,6 +43,11 @@ class CachedPartition:
         self._cache: dict[bytes, Any] = {}  # writes not yet in a snapshot
         self._snapshot: dict[bytes, Any] | None = None  # the writes handed out by changes()
         self._pending: dict[bytes, bytes | None] | None = None  # _snapshot as bytes
+        # Keys the backend was found not to hold. Only ``commit`` writes to the backend while
+        # the cache is in use, so a miss stays a miss until then: a window or session opened
+        # and closed within one interval, or a timer set and fired, reads RocksDB once, not
+        # at every get and again at its delete.
+        self._absent: set[bytes] = set()
 
     def get(self, key: bytes, default: Any = None) -> Any:
         v = self._cache.get(key, _MISSING)
@@ -50,9 +56,31 @@ class CachedPartition:
             if snapshot is not None:
                 v = snapshot.get(key, _MISSING)
             if v is _MISSING:
+                if key in self._absent:
+                    return default
                 raw = self.backend.get(key)
-                return default if raw is None else self._loads(raw)
+                if raw is None:
+                    self._note_absent(key)
+                    return default
+                return self._loads(raw)
         return default if v is _DELETED else v
+
+    def _note_absent(self, key: bytes) -> None:
+        absent = self._absent
+        if len(absent) >= _ABSENT_MAX:  # an interval of many distinct misses: bound the memory
+            absent.clear()
+        absent.add(key)
+
+    def put_new(self, key: bytes, value: Any) -> None:
+        """``put`` for a caller that knows ``key`` has no value in the store (a timer its
+        service does not hold): its later ``delete`` in the same interval then needs no
+        backend read to know that no tombstone is due."""
+        cache = self._cache
+        if key not in cache:
+            snapshot = self._snapshot
+            if snapshot is None or key not in snapshot:  # nothing above the backend: it holds none
+                self._note_absent(key)
+        cache[key] = value
 
     def put(self, key: bytes, value: Any) -> None:
         self._cache[key] = value
@@ -64,7 +92,7 @@ class CachedPartition:
             # lived and died between two checkpoints), forget it instead of writing a tombstone
             # to the changelog and the WriteBatch.
             snapshot = self._snapshot
-            if (snapshot is None or key not in snapshot) and self.backend.get(key) is None:
+            if (snapshot is None or key not in snapshot) and (key in self._absent or self.backend.get(key) is None):
                 del cache[key]
                 return
         cache[key] = _DELETED
@@ -137,6 +165,7 @@ class CachedPartition:
             self.backend.write_batch(changes, changelog_offset)
         self._snapshot = None
         self._pending = None
+        self._absent.clear()  # the batch wrote keys that were absent
 
     def discard(self) -> None:
         """After an abort: forget every uncommitted write."""

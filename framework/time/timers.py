@@ -41,7 +41,7 @@ class TimerService:
         if t not in self._live:
             if not -_BIAS <= ts < _BIAS:
                 raise ValueError(f"a timer at {ts} ms is outside Kafka's timestamps (signed 64-bit milliseconds)")
-            self._store.put(self._encode(t), 1)
+            self._store.put_new(self._encode(t), 1)  # not live: the store holds no such timer
             self._live.add(t)
             heapq.heappush(self._heap, t)
 
