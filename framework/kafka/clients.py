@@ -249,9 +249,17 @@ class KafkaOutput:
 
     def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None,
                           headers: Headers) -> None:
-        self.produced[topic] = self.produced.get(topic, 0) + 1
-        self._produce(topic, {"key": key, "value": value, "partition": partition,
-                              "headers": list(headers or ()), "on_delivery": self._on_changelog})
+        produced = self.produced
+        produced[topic] = produced.get(topic, 0) + 1
+        # Positional, as in ``produce``: a checkpoint writes one record per changed state key.
+        # The checkpoint's one headers list goes as it is (librdkafka copies it per record).
+        hdrs = (headers if type(headers) is list else list(headers)) if headers else None
+        try:
+            self._p.produce(topic, value, key, partition, self._on_changelog, None, 0, hdrs)
+        except BufferError:
+            self._p.poll(0.05)  # local queue full: let deliveries drain (backpressure)
+            self._produce(topic, {"key": key, "value": value, "partition": partition, "headers": hdrs,
+                                  "on_delivery": self._on_changelog})
 
     def _produce(self, topic: str, kwargs: dict[str, Any]) -> None:
         while True:
