@@ -18,7 +18,8 @@ from framework.state.base import META_END, META_PREFIX, StorePartition
 
 _DELETED = object()
 _MISSING = object()
-_ABSENT_MAX = 200_000  # keys remembered as absent from the backend, per store partition and interval
+_ABSENT_MAX = 200_000  # keys remembered as absent from the backend, per store partition
+_CLEAN_MAX = 16_384  # committed values kept as objects for later reads, per store partition
 
 encode_value = DEFAULT_CODEC.encode
 """A state value as bytes, in the framework's value encoding (docs/state-format.md)."""
@@ -33,7 +34,7 @@ class CachedPartition:
     is not part of it (it was not in the changelog): it stays cached for the next checkpoint.
     """
 
-    __slots__ = ("backend", "name", "_cache", "_snapshot", "_pending", "_encode", "_loads", "_absent")
+    __slots__ = ("backend", "name", "_cache", "_snapshot", "_pending", "_encode", "_loads", "_absent", "_clean")
 
     def __init__(self, backend: StorePartition, codec: ValueCodec = DEFAULT_CODEC, name: str = "state") -> None:
         self.backend = backend
@@ -44,10 +45,14 @@ class CachedPartition:
         self._snapshot: dict[bytes, Any] | None = None  # the writes handed out by changes()
         self._pending: dict[bytes, bytes | None] | None = None  # _snapshot as bytes
         # Keys the backend was found not to hold. Only ``commit`` writes to the backend while
-        # the cache is in use, so a miss stays a miss until then: a window or session opened
-        # and closed within one interval, or a timer set and fired, reads RocksDB once, not
-        # at every get and again at its delete.
+        # the cache is in use (and updates this set): a window or session opened and closed
+        # within one interval, or a timer set and fired, reads RocksDB once, not at every get
+        # and again at its delete.
         self._absent: set[bytes] = set()
+        # Values the backend holds, as the objects that were committed or read: the next
+        # interval's first read of a key (a session list, a window's accumulator) then needs
+        # no RocksDB read and no decoding. Bounded; cleared on overflow and on discard.
+        self._clean: dict[bytes, Any] = {}
 
     def get(self, key: bytes, default: Any = None) -> Any:
         v = self._cache.get(key, _MISSING)
@@ -56,18 +61,26 @@ class CachedPartition:
             if snapshot is not None:
                 v = snapshot.get(key, _MISSING)
             if v is _MISSING:
+                v = self._clean.get(key, _MISSING)
+                if v is not _MISSING:
+                    return v
                 if key in self._absent:
                     return default
                 raw = self.backend.get(key)
                 if raw is None:
                     self._note_absent(key)
                     return default
-                return self._loads(raw)
+                v = self._loads(raw)
+                clean = self._clean
+                if len(clean) >= _CLEAN_MAX:
+                    clean.clear()
+                clean[key] = v
+                return v
         return default if v is _DELETED else v
 
     def _note_absent(self, key: bytes) -> None:
         absent = self._absent
-        if len(absent) >= _ABSENT_MAX:  # an interval of many distinct misses: bound the memory
+        if len(absent) >= _ABSENT_MAX:  # many distinct misses (or deletes): bound the memory
             absent.clear()
         absent.add(key)
 
@@ -92,7 +105,8 @@ class CachedPartition:
             # lived and died between two checkpoints), forget it instead of writing a tombstone
             # to the changelog and the WriteBatch.
             snapshot = self._snapshot
-            if (snapshot is None or key not in snapshot) and (key in self._absent or self.backend.get(key) is None):
+            if (snapshot is None or key not in snapshot) and key not in self._clean and (
+                    key in self._absent or self.backend.get(key) is None):
                 del cache[key]
                 return
         cache[key] = _DELETED
@@ -163,15 +177,35 @@ class CachedPartition:
         changes = self.changes()
         if changes or changelog_offset is not None:
             self.backend.write_batch(changes, changelog_offset)
+        written = self._snapshot or {}
         self._snapshot = None
         self._pending = None
-        self._absent.clear()  # the batch wrote keys that were absent
+        self._committed(written)
+
+    def _committed(self, written: dict[bytes, Any]) -> None:
+        """The backend now holds ``written``'s puts (these very objects, encoded) and none of
+        its deletes: later reads take the objects, and a key whose last session closed is still
+        known absent when its next record comes, intervals later."""
+        absent, clean = self._absent, self._clean
+        if len(clean) + len(written) > _CLEAN_MAX:
+            clean.clear()  # (an interval's writes alone may exceed it: the write cache held them anyway)
+        if len(absent) + len(written) > _ABSENT_MAX:
+            absent.clear()
+        for k, v in written.items():
+            if v is _DELETED:
+                clean.pop(k, None)
+                absent.add(k)
+            else:
+                clean[k] = v
+                absent.discard(k)
 
     def discard(self) -> None:
-        """After an abort: forget every uncommitted write."""
+        """After an abort: forget every uncommitted write (and the committed objects: the
+        aborted interval may have changed them in place)."""
         self._cache = {}
         self._snapshot = None
         self._pending = None
+        self._clean = {}
 
     def size(self) -> int:
         """Committed keys plus cached new keys (approximate)."""

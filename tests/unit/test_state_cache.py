@@ -245,6 +245,19 @@ def test_a_key_found_missing_before_the_commit_that_wrote_it_still_gets_its_tomb
     assert backend_items(cache.backend) == {}
 
 
+def test_discard_forgets_in_place_changes_to_committed_values(cache: CachedPartition) -> None:
+    """Committed values are kept as objects for later reads; an aborted interval that changed
+    one in place (as a step does before putting it again) must not leave the change behind."""
+    cache.put(b"k", [1])
+    cache.commit(1)
+    value = cache.get(b"k")
+    value.append(2)
+    cache.put(b"k", value)
+    cache.discard()
+    assert cache.get(b"k") == [1]
+    assert backend_items(cache.backend) == {b"k": [1]}
+
+
 def test_a_new_key_put_and_deleted_within_one_interval_leaves_no_tombstone(cache: CachedPartition) -> None:
     cache.put(b"committed", 1)
     cache.commit(1)
