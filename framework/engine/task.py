@@ -145,11 +145,14 @@ class Task:
         try:
             return (None if kb is None else kd(kb)), (None if vb is None else vd(vb))
         except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's fault
-            raise DeserializationError(
-                f"cannot decode the record: {type(exc).__name__}: {exc}", self.ctx.coordinates(), step,
-                fix="check the producer's serializer against the source topic's serdes (with "
-                    "on_error=dead_letter the record goes to the dead-letter topic)",
-            ) from exc
+            raise self._undecodable(step, exc) from exc
+
+    def _undecodable(self, step: str, exc: Exception) -> DeserializationError:
+        return DeserializationError(
+            f"cannot decode the record: {type(exc).__name__}: {exc}", self.ctx.coordinates(), step,
+            fix="check the producer's serializer against the source topic's serdes (with "
+                "on_error=dead_letter the record goes to the dead-letter topic)",
+        )
 
     def _decoder(self, step: str, key_serde: Any, value_serde: Any, down: S.Push, fed: Input | None = None,
                  assign: Callable[[Any, int], int] | None = None) -> Handler:
@@ -173,14 +176,20 @@ class Task:
 
     def _generating_decoder(self, step: str, key_serde: Any, value_serde: Any, down: S.Push, inp: Input,
                             assign: Callable[[Any, int], int] | None) -> Handler:
-        """Decode, push, then advance the partition's watermark generator with the record."""
-        kd, vd, ctx, decode, advanced = key_serde.deserialize, value_serde.deserialize, self.ctx, self._decode, \
-            self.time.advanced
+        """Decode, push, then advance the partition's watermark generator with the record.
+        (Every record of an event-time source passes here: the decoding is ``_decode``'s, inline.)"""
+        kd, vd, ctx, undecodable, advanced = key_serde.deserialize, value_serde.deserialize, self.ctx, \
+            self._undecodable, self.time.advanced
         on_event = inp.generator.on_event  # type: ignore[union-attr]
 
         def handle(msg: InputRecord) -> None:
             ctx.current = msg
-            k, v = decode(step, kd, vd, msg)
+            kb, vb = msg.key(), msg.value()
+            try:
+                k = None if kb is None else kd(kb)
+                v = None if vb is None else vd(vb)
+            except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's fault
+                raise undecodable(step, exc) from exc
             ts = msg.timestamp()[1]
             if assign is not None:
                 ts = assign(v, ts)
@@ -340,12 +349,18 @@ class Task:
                 self._time_store.put(CLOCK_KEY, snapshot)
                 self._time_saved = snapshot
         headers = [("fw.source.offsets", json.dumps(source_positions, sort_keys=True).encode())]
+        # An output that sends a store's changes at once (the Kafka producer) does; others record by record.
+        send_all = getattr(self.output, "produce_changelogs", None)
         n = 0
         for name, store in self.stores.items():
             if not store.dirty or self.pipeline.table_source(name) is not None:  # its topic is its changelog
                 continue
             topic = self.pipeline.changelog_topic(name)
-            for k, v in store.changes().items():
+            changes = store.changes()
+            if send_all is not None:
+                n += send_all(topic, self.partition, changes, headers)
+                continue
+            for k, v in changes.items():
                 self.output.produce_changelog(topic, self.partition, k, v, headers)
                 n += 1
         return n

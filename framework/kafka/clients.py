@@ -249,9 +249,36 @@ class KafkaOutput:
 
     def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None,
                           headers: Headers) -> None:
-        self.produced[topic] = self.produced.get(topic, 0) + 1
-        self._produce(topic, {"key": key, "value": value, "partition": partition,
-                              "headers": list(headers or ()), "on_delivery": self._on_changelog})
+        self.produce_changelogs(topic, partition, {key: value}, headers)
+
+    def produce_changelogs(self, topic: str, partition: int, records: Mapping[bytes, bytes | None],
+                           headers: Headers) -> int:
+        """Every ``key: value`` of ``records`` to changelog ``topic[partition]`` (a checkpoint's
+        changes of one store partition, with the checkpoint's headers); returns the count.
+
+        Under exactly-once only the last record asks for a delivery report: a partition's records
+        are delivered in order, so it gives the partition's end, and a record that fails delivery
+        fails the transaction's commit (as an output does). Without a transaction every record
+        reports, so that a failed one fails the checkpoint's flush."""
+        n = len(records)
+        if not n:
+            return 0
+        report = self._on_changelog
+        others = None if self.transactional else report
+        # Positional, as in ``produce``; the one headers list goes as it is (librdkafka copies it).
+        hdrs = (headers if type(headers) is list else list(headers)) if headers else None
+        produce, last = self._p.produce, n - 1
+        for i, (key, value) in enumerate(records.items()):
+            on_delivery = report if i == last else others
+            try:
+                produce(topic, value, key, partition, on_delivery, None, 0, hdrs)
+            except BufferError:
+                self._p.poll(0.05)  # local queue full: let deliveries drain (backpressure)
+                self._produce(topic, {"key": key, "value": value, "partition": partition, "headers": hdrs,
+                                      "on_delivery": on_delivery})
+        produced = self.produced
+        produced[topic] = produced.get(topic, 0) + n
+        return n
 
     def _produce(self, topic: str, kwargs: dict[str, Any]) -> None:
         while True:

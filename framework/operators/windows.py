@@ -48,7 +48,8 @@ def build_window(step: S.WindowStep, ctx: TaskContext, down: S.Push) -> S.Push:
         return _SessionOp(step, ctx, down).push
     if isinstance(spec, (CountWindows, GlobalWindows)):
         return _CountOp(step, ctx, down).push
-    return _TimeWindowOp(step, ctx, down).push
+    op = _TimeWindowOp(step, ctx, down)
+    return op.push_tumbling if op.slide == op.size else op.push
 
 
 class _WindowOp:
@@ -61,6 +62,7 @@ class _WindowOp:
         self.store = ctx.store(step.name)
         self.ks, self.kd = step.key_serde.serialize, step.key_serde.deserialize
         self.fn = step.function
+        self.init, self.add_fn, self.of_acc = step.function.init, step.function.add, step.function.of_acc
         self.event = event
         self.lateness = step.allowed_lateness_ms if event else 0
         self.early = step.early_firing
@@ -87,9 +89,10 @@ class _WindowOp:
         return self.ctx.now_ms(), NO_WATERMARK
 
     def _on_time(self, limit: int) -> None:
+        fire = self.fire
         for ts, kb, ns in self.timers.due(limit):
             try:
-                self.fire(ts, kb, ns)
+                fire(ts, kb, ns)
             except Exception as exc:  # noqa: BLE001 - user code in the window function
                 self.ctx.timer_failed(self.name, ts, kb, exc)
 
@@ -97,19 +100,21 @@ class _WindowOp:
         raise NotImplementedError
 
     def emit(self, key: Any, start: int, end: int, acc: Any, ts: int) -> None:
-        value = self.fn.result(key, Window(start, end), acc)
+        of_acc = self.of_acc
+        value = of_acc(acc) if of_acc is not None else self.fn.result(key, Window(start, end), acc)
         self.down(key, {"start": start, "end": end, "value": value}, ts)
 
     def add(self, acc: Any, value: Any) -> Any:
         try:
-            return self.fn.add(self.fn.init() if acc is _MISSING else acc, value)
+            return self.add_fn(self.init() if acc is _MISSING else acc, value)
         except Exception as exc:
             raise user_error(self.name, exc) from exc
 
     def emit_now(self, key: Any, start: int, end: int, acc: Any, ts: int) -> None:
         """Emission on a record's path: user errors are the record's."""
         try:
-            value = self.fn.result(key, Window(start, end), acc)
+            of_acc = self.of_acc
+            value = of_acc(acc) if of_acc is not None else self.fn.result(key, Window(start, end), acc)
         except Exception as exc:
             raise user_error(self.name, exc) from exc
         self.down(key, {"start": start, "end": end, "value": value}, ts)
@@ -131,29 +136,50 @@ class _TimeWindowOp(_WindowOp):
         t, wm = self._now(ts)
         kb = self.ks(k)
         base = keyed(self.prefix, kb)
-        size, lateness, store, timers = self.size, self.lateness, self.store, self.timers
+        size, lateness = self.size, self.lateness
         added = False
         for start in window_starts(t, size, self.slide, self.offset):
             end = start + size
             if end - 1 + lateness <= wm:
                 continue
             added = True
-            skey = base + _START.pack(start + _BIAS)
-            acc = store.get(skey, _MISSING)
-            new = acc is _MISSING
-            acc = self.add(acc, v)
-            store.put(skey, acc)
-            if end - 1 <= wm:  # fired already; within allowed lateness: an updated result
-                self.emit_now(k, start, end, acc, end - 1)
-            else:
-                if new:
-                    timers.register(end - 1, kb, FIRE)
-                if self.early:
-                    self.emit_now(k, start, end, acc, end - 1)
-            if new and lateness:
-                timers.register(end - 1 + lateness, kb, CLEAN)
+            self._add_to(k, kb, base, start, end, v, wm)
         if not added:
             self.late(k, v, ts)
+
+    def push_tumbling(self, k: Any, v: Any, ts: int) -> None:
+        """``push`` for tumbling windows (slide = size): the record's one window, no loop."""
+        if k is None:
+            require_key(k, self.name)
+        t, wm = self._now(ts)
+        start = t - (t - self.offset) % self.size
+        end = start + self.size
+        if end - 1 + self.lateness <= wm:
+            self.late(k, v, ts)
+            return
+        kb = self.ks(k)
+        self._add_to(k, kb, keyed(self.prefix, kb), start, end, v, wm)
+
+    def _add_to(self, k: Any, kb: bytes, base: bytes, start: int, end: int, v: Any, wm: int) -> None:
+        """Add the record to window ``[start, end)`` of its key (``base``: the key's state prefix)."""
+        skey = base + _START.pack(start + _BIAS)
+        store = self.store
+        acc = store.get(skey, _MISSING)
+        new = acc is _MISSING
+        try:
+            acc = self.add_fn(self.init() if new else acc, v)
+        except Exception as exc:
+            raise user_error(self.name, exc) from exc
+        store.put(skey, acc)
+        if end - 1 <= wm:  # fired already; within allowed lateness: an updated result
+            self.emit_now(k, start, end, acc, end - 1)
+        else:
+            if new:
+                self.timers.register(end - 1, kb, FIRE)
+            if self.early:
+                self.emit_now(k, start, end, acc, end - 1)
+        if new and self.lateness:
+            self.timers.register(end - 1 + self.lateness, kb, CLEAN)
 
     def fire(self, ts: int, kb: bytes, ns: int) -> None:
         end = ts + 1 if ns == FIRE else ts + 1 - self.lateness
@@ -188,13 +214,16 @@ class _SessionOp(_WindowOp):
         t, wm = self._now(ts)
         kb = self.ks(k)
         skey = keyed(self.prefix, kb)
-        sessions: list[list[Any]] = self.store.get(skey) or []
+        store = self.store
+        sessions: list[list[Any]] | None = store.get(skey)
         start, end = t, t + self.gap
-        keep, absorbed = [], []
-        for s in sessions:
-            (absorbed if s[0] <= end and s[1] >= start else keep).append(s)
-        for s in absorbed:
-            start, end = min(start, s[0]), max(end, s[1])
+        keep: list[list[Any]] = []
+        absorbed: list[list[Any]] = []
+        if sessions:
+            for s in sessions:
+                (absorbed if s[0] <= end and s[1] >= start else keep).append(s)
+            for s in absorbed:
+                start, end = min(start, s[0]), max(end, s[1])
         lateness = self.lateness
         if end - 1 + lateness <= wm:
             self.late(k, v, ts)
@@ -214,8 +243,9 @@ class _SessionOp(_WindowOp):
                 raise user_error(self.name, exc) from exc
         acc = self.add(acc, v)
         keep.append([start, end, acc])
-        keep.sort(key=lambda s: s[0])
-        self.store.put(skey, keep)
+        if len(keep) > 1:
+            keep.sort(key=_start)
+        store.put(skey, keep)
         if lateness and not absorbed:
             self.timers.register(end - 1 + lateness, kb, CLEAN)
         if end - 1 <= wm:
@@ -250,6 +280,10 @@ class _SessionOp(_WindowOp):
             self.store.put(skey, kept)
         else:
             self.store.delete(skey)
+
+
+def _start(session: list[Any]) -> int:
+    return session[0]  # type: ignore[no-any-return]
 
 
 class _CountOp:

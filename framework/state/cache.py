@@ -18,6 +18,8 @@ from framework.state.base import META_END, META_PREFIX, StorePartition
 
 _DELETED = object()
 _MISSING = object()
+_ABSENT_MAX = 200_000  # keys remembered as absent from the backend, per store partition
+_CLEAN_MAX = 16_384  # committed values kept as objects for later reads, per store partition
 
 encode_value = DEFAULT_CODEC.encode
 """A state value as bytes, in the framework's value encoding (docs/state-format.md)."""
@@ -32,7 +34,7 @@ class CachedPartition:
     is not part of it (it was not in the changelog): it stays cached for the next checkpoint.
     """
 
-    __slots__ = ("backend", "name", "_cache", "_snapshot", "_pending", "_encode", "_loads")
+    __slots__ = ("backend", "name", "_cache", "_snapshot", "_pending", "_encode", "_loads", "_absent", "_clean")
 
     def __init__(self, backend: StorePartition, codec: ValueCodec = DEFAULT_CODEC, name: str = "state") -> None:
         self.backend = backend
@@ -42,6 +44,15 @@ class CachedPartition:
         self._cache: dict[bytes, Any] = {}  # writes not yet in a snapshot
         self._snapshot: dict[bytes, Any] | None = None  # the writes handed out by changes()
         self._pending: dict[bytes, bytes | None] | None = None  # _snapshot as bytes
+        # Keys the backend was found not to hold. Only ``commit`` writes to the backend while
+        # the cache is in use (and updates this set): a window or session opened and closed
+        # within one interval, or a timer set and fired, reads RocksDB once, not at every get
+        # and again at its delete.
+        self._absent: set[bytes] = set()
+        # Values the backend holds, as the objects that were committed or read: the next
+        # interval's first read of a key (a session list, a window's accumulator) then needs
+        # no RocksDB read and no decoding. Bounded; cleared on overflow and on discard.
+        self._clean: dict[bytes, Any] = {}
 
     def get(self, key: bytes, default: Any = None) -> Any:
         v = self._cache.get(key, _MISSING)
@@ -50,9 +61,39 @@ class CachedPartition:
             if snapshot is not None:
                 v = snapshot.get(key, _MISSING)
             if v is _MISSING:
+                v = self._clean.get(key, _MISSING)
+                if v is not _MISSING:
+                    return v
+                if key in self._absent:
+                    return default
                 raw = self.backend.get(key)
-                return default if raw is None else self._loads(raw)
+                if raw is None:
+                    self._note_absent(key)
+                    return default
+                v = self._loads(raw)
+                clean = self._clean
+                if len(clean) >= _CLEAN_MAX:
+                    clean.clear()
+                clean[key] = v
+                return v
         return default if v is _DELETED else v
+
+    def _note_absent(self, key: bytes) -> None:
+        absent = self._absent
+        if len(absent) >= _ABSENT_MAX:  # many distinct misses (or deletes): bound the memory
+            absent.clear()
+        absent.add(key)
+
+    def put_new(self, key: bytes, value: Any) -> None:
+        """``put`` for a caller that knows ``key`` has no value in the store (a timer its
+        service does not hold): its later ``delete`` in the same interval then needs no
+        backend read to know that no tombstone is due."""
+        cache = self._cache
+        if key not in cache:
+            snapshot = self._snapshot
+            if snapshot is None or key not in snapshot:  # nothing above the backend: it holds none
+                self._note_absent(key)
+        cache[key] = value
 
     def put(self, key: bytes, value: Any) -> None:
         self._cache[key] = value
@@ -64,7 +105,8 @@ class CachedPartition:
             # lived and died between two checkpoints), forget it instead of writing a tombstone
             # to the changelog and the WriteBatch.
             snapshot = self._snapshot
-            if (snapshot is None or key not in snapshot) and self.backend.get(key) is None:
+            if (snapshot is None or key not in snapshot) and key not in self._clean and (
+                    key in self._absent or self.backend.get(key) is None):
                 del cache[key]
                 return
         cache[key] = _DELETED
@@ -135,14 +177,35 @@ class CachedPartition:
         changes = self.changes()
         if changes or changelog_offset is not None:
             self.backend.write_batch(changes, changelog_offset)
+        written = self._snapshot or {}
         self._snapshot = None
         self._pending = None
+        self._committed(written)
+
+    def _committed(self, written: dict[bytes, Any]) -> None:
+        """The backend now holds ``written``'s puts (these very objects, encoded) and none of
+        its deletes: later reads take the objects, and a key whose last session closed is still
+        known absent when its next record comes, intervals later."""
+        absent, clean = self._absent, self._clean
+        if len(clean) + len(written) > _CLEAN_MAX:
+            clean.clear()  # (an interval's writes alone may exceed it: the write cache held them anyway)
+        if len(absent) + len(written) > _ABSENT_MAX:
+            absent.clear()
+        for k, v in written.items():
+            if v is _DELETED:
+                clean.pop(k, None)
+                absent.add(k)
+            else:
+                clean[k] = v
+                absent.discard(k)
 
     def discard(self) -> None:
-        """After an abort: forget every uncommitted write."""
+        """After an abort: forget every uncommitted write (and the committed objects: the
+        aborted interval may have changed them in place)."""
         self._cache = {}
         self._snapshot = None
         self._pending = None
+        self._clean = {}
 
     def size(self) -> int:
         """Committed keys plus cached new keys (approximate)."""

@@ -17,6 +17,7 @@ from framework.state.keys import prefix_end, state_prefix
 
 _TS = struct.Struct(">Q")
 _BIAS = 2**63  # signed timestamps sort bytewise as unsigned
+_NS = tuple(bytes((n,)) for n in range(256))  # a namespace as its one byte
 Timer = tuple[int, bytes, int]
 
 
@@ -33,16 +34,18 @@ class TimerService:
         self._heap: list[Timer] = sorted(self._live)
 
     def _encode(self, t: Timer) -> bytes:
-        return self._prefix + _TS.pack(t[0] + _BIAS) + t[1] + bytes((t[2],))
+        return self._prefix + _TS.pack(t[0] + _BIAS) + t[1] + _NS[t[2]]
 
     def register(self, ts: int, key: bytes, namespace: int = 0) -> None:
         """``ValueError`` for a time outside Kafka's signed 64-bit milliseconds, before any change."""
         t = (ts, key, namespace)
-        if t not in self._live:
+        live = self._live
+        if t not in live:
             if not -_BIAS <= ts < _BIAS:
                 raise ValueError(f"a timer at {ts} ms is outside Kafka's timestamps (signed 64-bit milliseconds)")
-            self._store.put(self._encode(t), 1)
-            self._live.add(t)
+            # not live: the store holds no such timer
+            self._store.put_new(self._prefix + _TS.pack(ts + _BIAS) + key + _NS[namespace], 1)
+            live.add(t)
             heapq.heappush(self._heap, t)
 
     def delete(self, ts: int, key: bytes, namespace: int = 0) -> None:
@@ -64,12 +67,13 @@ class TimerService:
         return self._drain(limit)
 
     def _drain(self, limit: int) -> Iterator[Timer]:
-        heap, live = self._heap, self._live
+        heap, live, delete, prefix, pack, pop = self._heap, self._live, self._store.delete, self._prefix, _TS.pack, \
+            heapq.heappop
         while heap and heap[0][0] <= limit:
-            t = heapq.heappop(heap)
+            t = pop(heap)
             if t in live:
                 live.discard(t)
-                self._store.delete(self._encode(t))
+                delete(prefix + pack(t[0] + _BIAS) + t[1] + _NS[t[2]])
                 yield t
 
     def next_timestamp(self) -> int | None:

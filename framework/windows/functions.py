@@ -21,14 +21,17 @@ class WindowFunction:
     add: Callable[[Any, Any], Any]
     merge: Callable[[Any, Any], Any] | None
     result: Callable[[Any, Window, Any], Any]
+    # The same result from the accumulator alone, when it needs neither key nor window
+    # (incremental aggregation): the operators then build no ``Window`` per result.
+    of_acc: Callable[[Any], Any] | None = None
 
 
 def aggregating(init: Callable[[], Any], add: Callable[[Any, Any], Any],
                 merge: Callable[[Any, Any], Any] | None, result: Callable[[Any], Any] | None) -> WindowFunction:
     if result is None:
-        return WindowFunction(init, add, merge, _acc)
+        return WindowFunction(init, add, merge, _acc, _same)
     res = result
-    return WindowFunction(init, add, merge, lambda _k, _w, acc: res(acc))
+    return WindowFunction(init, add, merge, lambda _k, _w, acc: res(acc), res)
 
 
 def full(fn: Callable[[Any, Window, list[Any]], Any]) -> WindowFunction:
@@ -37,6 +40,10 @@ def full(fn: Callable[[Any, Window, list[Any]], Any]) -> WindowFunction:
 
 
 def _acc(_key: Any, _window: Window, acc: Any) -> Any:
+    return acc
+
+
+def _same(acc: Any) -> Any:
     return acc
 
 

@@ -232,6 +232,41 @@ def test_deleting_a_key_that_exists_elsewhere_still_writes_a_tombstone(cache: Ca
     assert backend_items(cache.backend) == {}
 
 
+def test_a_key_found_missing_before_the_commit_that_wrote_it_still_gets_its_tombstone(
+        cache: CachedPartition) -> None:
+    """Misses are remembered only until the next commit: after it the backend holds the key."""
+    assert cache.get(b"k") is None  # a miss, remembered
+    cache.put(b"k", 1)
+    cache.commit(1)
+    cache.put(b"k", 2)
+    cache.delete(b"k")
+    assert cache.changes() == {b"k": None}
+    cache.commit(2)
+    assert backend_items(cache.backend) == {}
+
+
+def test_discard_forgets_in_place_changes_to_committed_values(cache: CachedPartition) -> None:
+    """Committed values are kept as objects for later reads; an aborted interval that changed
+    one in place (as a step does before putting it again) must not leave the change behind."""
+    cache.put(b"k", [1])
+    cache.commit(1)
+    value = cache.get(b"k")
+    value.append(2)
+    cache.put(b"k", value)
+    cache.discard()
+    assert cache.get(b"k") == [1]
+    assert backend_items(cache.backend) == {b"k": [1]}
+
+
+def test_a_new_key_put_and_deleted_within_one_interval_leaves_no_tombstone(cache: CachedPartition) -> None:
+    cache.put(b"committed", 1)
+    cache.commit(1)
+    cache.put_new(b"timer", 1)
+    cache.delete(b"timer")
+    assert cache.get(b"committed") == 1
+    assert cache.changes() == {}
+
+
 def test_size_counts_committed_and_new_cached_keys(cache: CachedPartition) -> None:
     cache.put(b"a", 1)
     cache.put(b"b", 2)
@@ -280,8 +315,11 @@ def test_iter_range_and_get_match_a_dict_model_under_random_operations(cache: Ca
         op = rng.random()
         key = rng.choice(keyspace)
         if op < 0.5:
+            if key in model or rng.random() < 0.5:
+                cache.put(key, step)
+            else:
+                cache.put_new(key, step)  # what a timer does: it knows the store holds none
             model[key] = step
-            cache.put(key, step)
         elif op < 0.8:
             model.pop(key, None)
             cache.delete(key)
