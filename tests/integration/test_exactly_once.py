@@ -66,8 +66,10 @@ def _even_chunks(k: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-# Crash runs checkpoint every 20 ms, so the n-th checkpoint comes long before their input ends.
-CRASH_RUN_ENV = {"FW_PROCESSING__CHECKPOINT_INTERVAL_MS": "20"}
+# Crash runs checkpoint after every batch they process (an interval of 1 ms: each batch takes
+# longer), in batches of at most 500 records: a run's 12,500 records take at least 25 checkpoints,
+# however fast the machine processes them, so the n-th checkpoint comes before its input ends.
+CRASH_RUN_ENV = {"FW_PROCESSING__CHECKPOINT_INTERVAL_MS": "1", "FW_PROCESSING__CONSUME_BATCH_SIZE": "500"}
 CRASH_POINTS = ["after_changelogs:3", "after_flush:2", "after_commit:4", "after_state_write:2"]
 
 
