@@ -147,8 +147,13 @@ class LiveQueries:
 
     def _global(self, layout: StoreLayout, key: str, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
         """A global table: every member holds all of it, so this one answers (what its
-        checkpoints wrote)."""
+        checkpoints wrote), once it has read the table to its end at start (before that, a
+        part of the table would pass for all of it: 503)."""
         p = GLOBAL_PARTITION
+        if not getattr(self.svc, "globals_read", False):
+            raise _Unavailable(503, {"error": f"global table {layout.store!r} is being read to its end on member "
+                                              f"{self.svc.instance_id} before it starts: ask again when it is done",
+                                     "store": layout.store, "member": self.svc.instance_id})
         if key:
             raw = layout.encode_key(key)
             base = {"store": layout.store, "key": layout.decode_key(raw), "partition": p}

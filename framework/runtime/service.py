@@ -92,6 +92,7 @@ class Service:
         self.global_reader: GlobalReader | None = None
         self.server: StatusServer | None = None
         self.holds = Holds()  # savepoint holds asked over the endpoint (framework.runtime.hold)
+        self.globals_read = False  # every global table read to its end at start: queries of them answer
         self._stop = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -233,6 +234,7 @@ class Service:
         processed (from where its store left off); then ``_loop`` reads what arrives."""
         tables = self.runner.globals
         if not tables:
+            self.globals_read = True
             return
         counts = topic_partitions(self.admin, tables.topics())
         self.global_reader = reader = GlobalReader({**settings, **cfg.kafka.consumer}, f"{self.pipeline.name}-global")
@@ -251,6 +253,7 @@ class Service:
         n = reader.catch_up(list(starts), apply, cfg.kafka.connect_timeout_ms / 1000)
         log.info("global tables %s: read %d records in %.1f s before processing", ", ".join(tables.tables), n,
                  time.monotonic() - began)
+        self.globals_read = True
 
     def _loop(self, until: Callable[[Service], bool] | None) -> None:
         consume, runner = self.consumer.consume, self.runner
