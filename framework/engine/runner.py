@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -297,20 +297,9 @@ class TaskRunner:
 
     def _changelog_changes(self, item: StoreRestore,
                            records: list[tuple[int, bytes | None, bytes | None, int]]) -> dict[bytes, bytes | None]:
-        changes: dict[bytes, bytes | None] = {}
-        decode = self.codec.decode
         topic, partition = item.changelog
-        for offset, key, value, _ts in records:
-            try:
-                if key is None:
-                    raise ValueError("a changelog record needs a key")
-                if value is not None:
-                    decode(value)
-            except ValueError as exc:
-                raise unreadable_changelog_record(self.pipeline.name, item.store, topic, partition, offset, key,
-                                                  exc) from None
-            changes[key] = value
-        return changes
+        checked = checked_changelog(self.pipeline.name, item.store, topic, partition, records, self.codec.decode)
+        return {key: value for _offset, key, value in checked}
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -366,6 +355,24 @@ def _stale(part: StorePartition, info: ChangelogInfo, table: bool) -> str | None
     if offset is not None and offset < info.start:
         return f"continues at offset {offset}, before the changelog's first offset {info.start} (records were deleted)"
     return None
+
+
+def checked_changelog(service: str, store: str, topic: str, partition: int,
+                      records: Iterable[tuple[int, bytes | None, bytes | None, int]],
+                      decode: Callable[[bytes], Any]) -> Iterator[tuple[int, bytes, bytes | None]]:
+    """``(offset, key, value)`` of changelog records ``(offset, key, value, timestamp)``, each
+    value decoded first: a record the state encoding cannot read stops the reading with its
+    coordinates (``unreadable_changelog_record``). A restore and a savepoint made with Spark
+    read changelogs through it."""
+    for offset, key, value, _ts in records:
+        try:
+            if key is None:
+                raise ValueError("a changelog record needs a key")
+            if value is not None:
+                decode(value)
+        except ValueError as exc:
+            raise unreadable_changelog_record(service, store, topic, partition, offset, key, exc) from None
+        yield offset, key, value
 
 
 def unreadable_changelog_record(service: str, store: str, topic: str, partition: int, offset: int,

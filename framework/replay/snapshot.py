@@ -132,7 +132,7 @@ def _read_function(plan_json: str, setup: Setup, kafka_settings: Settings) -> An
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        from framework.engine.runner import unreadable_changelog_record
+        from framework.engine.runner import checked_changelog
         from framework.kafka.clients import read_range
         from framework.serde.values import ValueCodec
 
@@ -145,20 +145,9 @@ def _read_function(plan_json: str, setup: Setup, kafka_settings: Settings) -> An
             store = stores[sid]
             topic = plan.savepoint["stores"][store]
             for run in read_range(settings, reader, topic, p, start, end):
-                keys, offsets, values = [], [], []
-                for m in run:
-                    key, value, offset = m.key(), m.value(), cast(int, m.offset())
-                    try:
-                        if key is None:
-                            raise ValueError("a changelog record needs a key")
-                        if value is not None:
-                            decode(value)
-                    except ValueError as exc:
-                        raise unreadable_changelog_record(pipeline.name, store, topic, p, offset, key,
-                                                          exc) from None
-                    keys.append(key)
-                    offsets.append(offset)
-                    values.append(value)
+                records = [(cast(int, m.offset()), m.key(), m.value(), 0) for m in run]
+                checked = list(checked_changelog(pipeline.name, store, topic, p, records, decode))
+                offsets, keys, values = (list(c) for c in zip(*checked)) if checked else ([], [], [])
                 n = len(keys)
                 yield pa.RecordBatch.from_pydict({"sid": pa.array([sid] * n, pa.int32()),
                                                   "partition": pa.array([p] * n, pa.int32()),
