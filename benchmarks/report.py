@@ -13,7 +13,13 @@ and the targets are judged against it. Further files add, each by what it holds:
 - replay runs (``--phases ...,replay``): one table each in "Replay on Spark", next to the live
   ``fw-1`` run of the same file;
 - stream-table join runs (``--workloads j1``) and ``table_memory.py``'s
-  ``*-table-memory.json``: "Stream-table join".
+  ``*-table-memory.json``: "Stream-table join";
+- a throughput-only run of other systems on the same data size and interval (a slow system run
+  once, say, while the main run repeats the others): its rows join the main run's tables, and
+  the report's head names the file and its number of runs.
+
+It also rewrites the table between the ``<!-- benchmarks:begin -->`` and
+``<!-- benchmarks:end -->`` markers of the README (``fw-1``, exactly-once, against each peer).
 
 A file with repeats (``--repeat N``: one row per run, with its ``round``) shows each figure as
 the median of the runs with their min–max beside it. The report is results only: the lab notes
@@ -33,6 +39,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
+README = ROOT / "README.md"
 PNG = ROOT / "docs" / "benchmarks.png"
 ORDER = ("fw-1", "fw-n", "quix", "kstreams", "flink-1", "flink-2", "pyflink", "raw")
 G = {"exactly_once": "EOS", "at_least_once": "ALO"}
@@ -200,8 +207,12 @@ def head(d: dict, json_name: str) -> list[str]:
         f"- Run: {d['run']}{' (' + d['label'] + ')' if d.get('label') else ''}; "
         f"{c['records']:,} input records ({c['keys']:,} keys, {c['partitions']} partitions, Avro), "
         f"checkpoint/commit interval {c['commit_interval_ms']} ms, "
-        f"latency phase {c['latency_seconds']:g} s after {c['latency_warmup_s']:g} s of warm-up; "
-        + ("one run per case." if c.get("repeat", 1) == 1 else f"{c['repeat']} runs per case: medians, min–max beside."),
+        + (f"latency phase {c['latency_seconds']:g} s after {c['latency_warmup_s']:g} s of warm-up; "
+           if d["latency"] else "throughput only; ")
+        + ("one run per case" if c.get("repeat", 1) == 1 else f"{c['repeat']} runs per case: medians, min–max beside")
+        + "".join(f"; {', '.join(f'`{s}`' for s in m['systems'])} from `benchmarks/results/{m['name']}` (run "
+                  f"{m['run']}, {m['repeat']} run{'s' if m['repeat'] > 1 else ''} per case, {m['load']})"
+                  for m in d.get("merged", [])) + ".",
         (f"- Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}, "
         f"{m['java']}, Kafka {m['kafka']}; confluent-kafka {m['confluent_kafka']}, Quix Streams {m['quixstreams']}"
         f"{_flink_versions(m)}. The broker, the system under test and the load generator share the "
@@ -231,6 +242,8 @@ def throughput_section(d: dict) -> list[str]:
 
 
 def latency_section(d: dict) -> list[str]:
+    if not d["latency"]:
+        return []
     return [
         "## End-to-end latency at a fixed rate",
         "",
@@ -749,11 +762,12 @@ def plot(d: dict, extra: list[tuple[str, dict]]) -> None:
 
     systems, cases = _systems(d), _cases(d)
     tp = _index(d["throughput"])
-    panels = [("end-to-end latency p99 at half our maximum rate, ms (black tick: p50), log scale", d)]
+    panels = [("end-to-end latency p99 at half our maximum rate, ms (black tick: p50), log scale", d)] if d["latency"] else []
     panels += [((f"end-to-end latency p99 at a fixed {', '.join(f'{r:,}' for r in sorted({x['rate'] for x in e['latency']}))}"
                 " records/s, ms (black tick: p50), log scale"), e) for _, e in extra]
     labels = [f"{w} {G[g]}" for w, g in cases]
-    fig, axes = plt.subplots(1 + len(panels), 1, figsize=(15, 4.5 * (1 + len(panels))))
+    fig, grid = plt.subplots(1 + len(panels), 1, figsize=(15, 4.5 * (1 + len(panels))), squeeze=False)
+    axes = list(grid[:, 0])
     width = 0.8 / max(1, len(systems))
     for i, s in enumerate(systems):
         xs = [j + i * width for j in range(len(cases))]
@@ -793,18 +807,83 @@ def markdown(d: dict, json_name: str, extra: list[tuple[str, dict]]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _complements(d: dict, e: dict) -> bool:
+    """``e`` is more systems of the main run ``d``: throughput only, other systems, the same
+    data size, keys and interval."""
+    same = all(e["config"].get(k) == d["config"].get(k) for k in ("records", "keys", "partitions", "commit_interval_ms"))
+    return (same and bool(e["throughput"]) and not e.get("latency") and not e.get("replay")
+            and not set(e["systems"]) & set(d["systems"])
+            and all(r["workload"] in d["workloads"] for r in e["throughput"]))
+
+
+def merge(d: dict, extra: list[tuple[str, dict]]) -> tuple[dict, list[tuple[str, dict]]]:
+    """The main run with the rows of every file that complements it (``_complements``), and
+    the files left over."""
+    d = {**d, "throughput": list(d["throughput"]), "systems": dict(d["systems"]), "merged": []}
+    rest = []
+    for name, e in extra:
+        if not _complements(d, e):
+            rest.append((name, e))
+            continue
+        d["throughput"] += e["throughput"]
+        d["systems"].update(e["systems"])
+        d["merged"].append({"name": name, "run": e["run"], "systems": [s for s in ORDER if s in e["systems"]],
+                            "repeat": e["config"].get("repeat", 1), "load": _load(e)})
+    return d, rest
+
+
+PEERS = (("kstreams", "Kafka Streams"), ("flink-1", "Flink (Java, 1 slot)"), ("pyflink", "PyFlink"),
+         ("quix", "Quix Streams"))
+README_ROWS = (("w1", "stateless filter → map"), ("w2", "keyed count + sum, 10,000 keys"),
+               ("w3", "10 s tumbling windows"), ("w4", "session windows"))
+
+
+def readme_table(d: dict, json_name: str) -> list[str]:
+    """The README's table: ``fw-1`` exactly-once records/s (median) and its ratio to each
+    peer of the run, and its share of the raw loop."""
+    tp = _index(d["throughput"])
+    peers = [(s, name) for s, name in PEERS if s in d["systems"]]
+    c = d["config"]
+    lines = [f"One process, exactly-once, {c['records']:,} Avro records on {d['machine']['cores']} cores "
+             f"(`benchmarks/results/{json_name}`{', medians of ' + str(c['repeat']) + ' runs' if c.get('repeat', 1) > 1 else ''}"
+             "; ×: our records/s ÷ theirs; † = stopped by the run's time limit, its rate of committed progress):", "",
+             "| workload | records/s | " + " | ".join(f"vs {name}" for _, name in peers) + " | vs the raw loop |",
+             "|---|---:|" + "---:|" * (len(peers) + 1)]
+    for w, what in README_ROWS:
+        ours = _med(tp.get((w, "exactly_once", "fw-1")), "records_per_s")
+        if not ours:
+            continue
+        cells = []
+        for s, _ in peers + [("raw", "")]:
+            r = tp.get((w, "exactly_once", s))
+            theirs = _med(r, "records_per_s")
+            mark = "†" if (r or {}).get("partial") else ""
+            cells.append("–" if not theirs else (f"{ours / theirs:.0%}" if s == "raw" else f"{ours / theirs:.2f}×{mark}"))
+        lines.append(f"| {what} | {round(ours, -3):,} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_readme(d: dict, json_name: str) -> None:
+    begin, end = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
+    text = README.read_text()
+    if begin not in text or end not in text:
+        return
+    head, rest = text.split(begin, 1)
+    README.write_text(head + begin + "\n" + "\n".join(readme_table(d, json_name)) + "\n" + end + rest.split(end, 1)[1])
+
+
 def main() -> None:
     args = sys.argv[1:]
     keep_plot = "--no-plot" in args  # docs/benchmarks.png stays as it is
     files = [a for a in args if a != "--no-plot"]
     path = Path(files[0])
-    d = json.loads(path.read_text())
-    extra = [(Path(p).name, json.loads(Path(p).read_text())) for p in files[1:]]
+    d, extra = merge(json.loads(path.read_text()), [(Path(p).name, json.loads(Path(p).read_text())) for p in files[1:]])
     # a plot compares systems: not drawn from a run of one system (a replay run, a soak)
     if not keep_plot and len(d["systems"]) > 1 and _have_matplotlib():
         plot(d, [(n, e) for n, e in extra if e.get("latency") and len(e["systems"]) > 1
                  and e["config"]["commit_interval_ms"] == d["config"]["commit_interval_ms"]])
     DOC.write_text(markdown(d, path.name, extra))
+    write_readme(d, path.name)
     print(DOC)
 
 
