@@ -337,7 +337,38 @@ def low_latency_section(d: dict, low: tuple[str, dict] | None) -> list[str]:
             share = _share_of_main(d, e, w, s)
             lines.append(f"| {w} | `{s}` | {_lat_cell(e, r)} | {_fmt((r or {}).get('rate'))} | {_tp_cell(t)} | "
                          f"{'–' if share is None else f'{share:.0%}'} |")
-    return lines + [""]
+    return lines + [""] + checkpoint_phases(d, e)
+
+
+def _phase_rows(e: dict, phase: str, rows: list[dict]) -> list[str]:
+    out = []
+    for r in rows:
+        c = r.get("checkpoints") or {}
+        ms = c.get("phases_ms") or {}
+        if r["system"] != "fw-1" or r["guarantee"] != "exactly_once" or r["workload"] not in LOW_WORKLOADS or not ms:
+            continue
+        out.append(f"| {r['workload']} | {e['config']['commit_interval_ms']} ms | {phase}"
+                   f"{'' if r.get('round') is None else ', run ' + str(r['round'] + 1)} | {c.get('completed', 0):,} | "
+                   + " | ".join(f"{ms.get(k, 0):.1f}" for k in PHASES) + f" | {sum(ms.values()):.1f} |")
+    return out
+
+
+PHASES = ("state", "flush", "offsets", "commit")
+
+
+def checkpoint_phases(d: dict, e: dict) -> list[str]:
+    """Where an exactly-once checkpoint of ``fw-1`` spends its time, at 100 ms and at the main
+    run's interval: the means its ``/status`` showed at the end of each run."""
+    rows = (_phase_rows(e, "backlog", e["throughput"]) + _phase_rows(e, "latency", e["latency"])
+            + _phase_rows(d, "backlog", d["throughput"]) + _phase_rows(d, "latency", d["latency"]))
+    if not rows:
+        return []
+    return ["**Where a checkpoint's time goes** (`fw-1`, exactly-once: the mean milliseconds of each part of its "
+            "completed checkpoints, from its `/status` at the end of the run. state = the write caches to the "
+            "changelogs and to RocksDB; flush = waiting for every delivery report; offsets = "
+            "`send_offsets_to_transaction`; commit = `commit_transaction`. The broker round trips are the last two.)",
+            "", "| workload | interval | run | checkpoints | state | flush | offsets | commit | total |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|", *rows, ""]
 
 
 # --- targets ---------------------------------------------------------------------------------
