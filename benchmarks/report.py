@@ -367,6 +367,9 @@ def _low_table(d: dict, low: tuple[str, dict]) -> list[str]:
     return lines + [""]
 
 
+PHASES = ("state", "flush", "offsets", "commit")  # a checkpoint's parts, as fw-1's /status times them
+
+
 def _phase_rows(e: dict, phase: str, rows: list[dict]) -> list[str]:
     out = []
     for r in rows:
@@ -380,8 +383,6 @@ def _phase_rows(e: dict, phase: str, rows: list[dict]) -> list[str]:
                    + " | ".join(f"{ms.get(k, 0):.1f}" for k in PHASES) + f" | {sum(ms.values()):.1f} |")
     return out
 
-
-PHASES = ("state", "flush", "offsets", "commit")
 
 
 def checkpoint_phases(d: dict, lows: list[dict]) -> list[str]:
@@ -557,7 +558,8 @@ def _low_row(d: dict, e: dict, w: str) -> list[str]:
 
 
 def _low_fixed_targets(fixed: list[tuple[str, dict]]) -> list[str]:
-    """The 100 ms p99 target at a rate fixed by hand (not the issue's half of our max: said so)."""
+    """The 100 ms p99 target at a rate fixed by hand, not at half of our maximum (the row says
+    which rate)."""
     lines = []
     for _, e in fixed:
         lat = _index(e["latency"], "p99_ms")
