@@ -277,8 +277,11 @@ def supplementary(d: dict, extra: list[tuple[str, dict]]) -> list[str]:
                   "most systems sustain on that machine, so their numbers show the checkpoint/commit mechanism rather than "
                   f"a growing backlog; {e['config']['latency_seconds']:g} s measured after "
                   f"{e['config']['latency_warmup_s']:g} s of warm-up."), ""]
-        lines += table(e, "p50 / p99 / max, ms (‡ = the rate is above the system's backlog throughput in the main "
-                       "run)", e["latency"], lambda r: _lat_cell(d, r), "p99_ms")
+        same = e.get("machine", {}).get("cpu") == d["machine"].get("cpu")
+        ref = d if same else {"throughput": []}  # another processor's rates say nothing of the main run's
+        lines += table(e, "p50 / p99 / max, ms (" + ("‡ = the rate is above the system's backlog throughput in the "
+                       "main run)" if same else "another processor than the main run's: no backlog throughput to "
+                       "set the rate against)"), e["latency"], lambda r, ref=ref: _lat_cell(ref, r), "p99_ms")
     return lines
 
 
