@@ -150,7 +150,7 @@ class LiveQueries:
         checkpoints wrote), once it has read the table to its end at start (before that, a
         part of the table would pass for all of it: 503)."""
         p = GLOBAL_PARTITION
-        if not getattr(self.svc, "globals_read", False):
+        if not self.svc.globals_read:  # set in Service.__init__, before the server starts
             raise _Unavailable(503, {"error": f"global table {layout.store!r} is being read to its end on member "
                                               f"{self.svc.instance_id} before it starts: ask again when it is done",
                                      "store": layout.store, "member": self.svc.instance_id})
