@@ -116,7 +116,9 @@ class ProcessingConfig:
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
     checkpoint_interval_ms: int = 1000
     consume_batch_size: int = 5000
-    consume_timeout_ms: int = 100
+    # How long one consume waits for a batch that is not full. Records wait for it before
+    # they are processed, and the checkpoint after them too: at a low rate a batch never fills
+    consume_timeout_ms: int = 10
     on_error: OnError = OnError.DEAD_LETTER
     revoke_timeout_ms: int = 30000
     max_tolerated_downtime_ms: int = 10000

@@ -279,8 +279,11 @@ class Service:
                 self.restorer.step()
             copying = standby is not None and standby.behind
             # while a restore runs or a standby copy is behind, the input is not waited for:
-            # their own reads wait (a copy's briefly), so neither is held to a batch per wait
-            msgs = consume(batch, 0 if restoring or copying else timeout)
+            # their own reads wait (a copy's briefly), so neither is held to a batch per wait.
+            # Nor past the next checkpoint: a batch that does not fill (a low rate) would hold
+            # what it has until the wait ends, and the checkpoint after it
+            wait = 0.0 if restoring or copying else min(timeout, max(ckpt.next_due - time.monotonic(), 0.0))
+            msgs = consume(batch, wait)
             now = time.monotonic()
             if standby is not None:
                 standby.maybe_refresh(now)
