@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from framework.errors import TimestampError
 from framework.operators.aggregate import require_key
 from framework.operators.basic import user_error
-from framework.state.keys import keyed, state_prefix
+from framework.state.keys import LEN, keyed, state_prefix
 from framework.time.timers import TimerService
 from framework.time.watermarks import MAX_WATERMARK, NO_WATERMARK, checked
 from framework.windows.definitions import (
@@ -129,6 +129,8 @@ class _TimeWindowOp(_WindowOp):
         self.size, self.slide, self.offset = spec.size_ms, spec.slide_ms, spec.offset_ms
         self.horizon += self.size
         self.prefix = state_prefix("win")
+        # the latest event time ``_now`` accepts as it is (-1: none; processing time always calls it)
+        self.latest = MAX_WATERMARK - self.horizon if self.event else -1
 
     def push(self, k: Any, v: Any, ts: int) -> None:
         if k is None:
@@ -148,17 +150,21 @@ class _TimeWindowOp(_WindowOp):
             self.late(k, v, ts)
 
     def push_tumbling(self, k: Any, v: Any, ts: int) -> None:
-        """``push`` for tumbling windows (slide = size): the record's one window, no loop."""
+        """``push`` for tumbling windows (slide = size): the record's one window, no loop; on
+        event time a plain timestamp in range takes ``_now``'s common case inline."""
         if k is None:
             require_key(k, self.name)
-        t, wm = self._now(ts)
+        if type(ts) is int and 0 <= ts <= self.latest:
+            t, wm = ts, self.clock.watermark
+        else:
+            t, wm = self._now(ts)
         start = t - (t - self.offset) % self.size
         end = start + self.size
         if end - 1 + self.lateness <= wm:
             self.late(k, v, ts)
             return
         kb = self.ks(k)
-        self._add_to(k, kb, keyed(self.prefix, kb), start, end, v, wm)
+        self._add_to(k, kb, self.prefix + LEN.pack(len(kb)) + kb, start, end, v, wm)
 
     def _add_to(self, k: Any, kb: bytes, base: bytes, start: int, end: int, v: Any, wm: int) -> None:
         """Add the record to window ``[start, end)`` of its key (``base``: the key's state prefix)."""
@@ -203,6 +209,7 @@ class _SessionOp(_WindowOp):
         self.gap = spec.gap_ms
         self.horizon += self.gap  # a session grows by at most one gap per record
         self.prefix = state_prefix("sessions")
+        self.latest = MAX_WATERMARK - self.horizon if self.event else -1  # as _TimeWindowOp's
         merge = step.function.merge
         if merge is None:
             raise ValueError("session windows need a merge function")
@@ -211,19 +218,27 @@ class _SessionOp(_WindowOp):
     def push(self, k: Any, v: Any, ts: int) -> None:
         if k is None:
             require_key(k, self.name)
-        t, wm = self._now(ts)
+        if type(ts) is int and 0 <= ts <= self.latest:  # ``_now``'s common case, inline
+            t, wm = ts, self.clock.watermark
+        else:
+            t, wm = self._now(ts)
         kb = self.ks(k)
-        skey = keyed(self.prefix, kb)
+        skey = self.prefix + LEN.pack(len(kb)) + kb
         store = self.store
         sessions: list[list[Any]] | None = store.get(skey)
-        start, end = t, t + self.gap
+        start, end = lo, hi = t, t + self.gap
         keep: list[list[Any]] = []
         absorbed: list[list[Any]] = []
         if sessions:
-            for s in sessions:
-                (absorbed if s[0] <= end and s[1] >= start else keep).append(s)
-            for s in absorbed:
-                start, end = min(start, s[0]), max(end, s[1])
+            for s in sessions:  # the sessions the record's [t, t + gap] touches merge with it
+                if s[0] <= hi and s[1] >= lo:
+                    absorbed.append(s)
+                    if s[0] < start:
+                        start = s[0]
+                    if s[1] > end:
+                        end = s[1]
+                else:
+                    keep.append(s)
         lateness = self.lateness
         if end - 1 + lateness <= wm:
             self.late(k, v, ts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 
-_LEN = struct.Struct(">I")
+LEN = struct.Struct(">I")  # a key's length before it in a state key
 
 
 def state_prefix(state_name: str) -> bytes:
@@ -22,7 +22,7 @@ def state_prefix(state_name: str) -> bytes:
 
 
 def keyed(prefix: bytes, key: bytes) -> bytes:
-    return prefix + _LEN.pack(len(key)) + key
+    return prefix + LEN.pack(len(key)) + key
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -38,6 +38,6 @@ def prefix_end(prefix: bytes) -> bytes | None:
 
 def split_keyed(prefix: bytes, full: bytes) -> tuple[bytes, bytes]:
     """``(record key, suffix)`` of a key built by ``keyed(prefix, key) + suffix``."""
-    n = _LEN.unpack_from(full, len(prefix))[0]
+    n = LEN.unpack_from(full, len(prefix))[0]
     start = len(prefix) + 4
     return full[start : start + n], full[start + n :]
