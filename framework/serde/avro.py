@@ -37,6 +37,8 @@ from framework.serde.single_object import HEADER_SIZE, SchemaStore, fingerprint,
 
 __all__ = ["ENCODINGS", "AvroSerde", "Encoding", "load_schema", "schema_files"]
 
+_schemaless_reader = fastavro.schemaless_reader
+
 Encoding = Literal["raw", "single-object", "registry"]
 ENCODINGS: tuple[Encoding, ...] = ("raw", "single-object", "registry")
 
@@ -142,8 +144,13 @@ class AvroSerde:
     def deserialize(self, data: bytes) -> Any:
         if self._store is not None:
             return self._read(data, HEADER_SIZE, self._store.writer(data))
-        if self._registry is None:
-            return self._read(data, 0, None)
+        if self._registry is None:  # plain Avro: ``_read``'s common case inline; it explains a failure
+            buf = BytesIO(data)
+            try:
+                value = _schemaless_reader(buf, self._parsed)
+            except Exception:  # noqa: BLE001 - _read raises the DecodeError that names it
+                return self._read(data, 0, None)
+            return value if buf.tell() == len(data) else self._read(data, 0, None)
         if len(data) < _HEADER_SIZE:
             raise DecodeError(self.describe(), f"the Confluent wire format (a {_HEADER_SIZE}-byte header: magic byte "
                                                "00 and a 4-byte schema id)", describe_bytes(data))
