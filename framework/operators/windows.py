@@ -104,12 +104,6 @@ class _WindowOp:
         value = of_acc(acc) if of_acc is not None else self.fn.result(key, Window(start, end), acc)
         self.down(key, {"start": start, "end": end, "value": value}, ts)
 
-    def add(self, acc: Any, value: Any) -> Any:
-        try:
-            return self.add_fn(self.init() if acc is _MISSING else acc, value)
-        except Exception as exc:
-            raise user_error(self.name, exc) from exc
-
     def emit_now(self, key: Any, start: int, end: int, acc: Any, ts: int) -> None:
         """Emission on a record's path: user errors are the record's."""
         try:
@@ -250,13 +244,13 @@ class _SessionOp(_WindowOp):
         # the common case, then costs no timer writes.
         acc: Any = _MISSING
         pending_fire = False
-        for s in absorbed:
-            pending_fire = pending_fire or s[1] - 1 > wm
-            try:
+        try:
+            for s in absorbed:
+                pending_fire = pending_fire or s[1] - 1 > wm
                 acc = s[2] if acc is _MISSING else self.merge(acc, s[2])
-            except Exception as exc:
-                raise user_error(self.name, exc) from exc
-        acc = self.add(acc, v)
+            acc = self.add_fn(self.init() if acc is _MISSING else acc, v)
+        except Exception as exc:
+            raise user_error(self.name, exc) from exc
         keep.append([start, end, acc])
         if len(keep) > 1:
             keep.sort(key=_start)
