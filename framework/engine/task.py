@@ -30,7 +30,7 @@ from framework.state.base import STEP_META_KEY, StoreBackend
 from framework.state.cache import CachedPartition
 from framework.state.keys import state_prefix
 from framework.time.clock import WATERMARK_HEADER, Input, TaskClock, control_header
-from framework.time.watermarks import NO_WATERMARK
+from framework.time.watermarks import NO_WATERMARK, BoundedOutOfOrderness
 
 log = logging.getLogger("framework.task")
 Handler = Callable[[InputRecord], bool | None]  # True: the record was a watermark control record
@@ -180,7 +180,10 @@ class Task:
         (Every record of an event-time source passes here: the decoding is ``_decode``'s, inline.)"""
         kd, vd, ctx, undecodable, advanced = key_serde.deserialize, value_serde.deserialize, self.ctx, \
             self._undecodable, self.time.advanced
-        on_event = inp.generator.on_event  # type: ignore[union-attr]
+        gen = inp.generator
+        on_event = gen.on_event  # type: ignore[union-attr]
+        # bounded out-of-orderness (the common strategy) inline: watermark = max timestamp - lag
+        lag = gen.lag if type(gen) is BoundedOutOfOrderness else None
 
         def handle(msg: InputRecord) -> None:
             ctx.current = msg
@@ -199,7 +202,14 @@ class Task:
             try:
                 down(k, v, ts)
             finally:
-                w = on_event(v, ts)
+                if lag is None:
+                    w = on_event(v, ts)
+                else:
+                    w = ts - lag
+                    if w > gen.watermark:  # type: ignore[union-attr]
+                        gen.watermark = w  # type: ignore[union-attr]
+                    else:
+                        w = gen.watermark  # type: ignore[union-attr]
                 if w > inp.watermark:
                     inp.watermark = w
                     advanced(inp)

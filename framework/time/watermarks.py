@@ -145,14 +145,14 @@ class WatermarkGenerator:
 
 
 class BoundedOutOfOrderness(WatermarkGenerator):
-    __slots__ = ("_lag",)
+    __slots__ = ("lag",)
 
     def __init__(self, bound_ms: int) -> None:
         super().__init__()
-        self._lag = bound_ms + 1
+        self.lag = bound_ms + 1  # watermark = max timestamp - lag
 
     def on_event(self, value: Any, ts: int) -> int:
-        w = ts - self._lag
+        w = ts - self.lag
         if w > self.watermark:
             self.watermark = w
         return self.watermark
