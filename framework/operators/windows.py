@@ -227,9 +227,9 @@ class _SessionOp(_WindowOp):
             for s in sessions:  # the sessions the record's [t, t + gap] touches merge with it
                 if s[0] <= hi and s[1] >= lo:
                     absorbed.append(s)
-                    if s[0] < start:
+                    if s[0] < start:  # noqa: PLR1730 - no min()/max() call per session on the record's path
                         start = s[0]
-                    if s[1] > end:
+                    if s[1] > end:  # noqa: PLR1730
                         end = s[1]
                 else:
                     keep.append(s)
