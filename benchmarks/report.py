@@ -310,6 +310,62 @@ def profile_section(d: dict) -> list[str]:
     return lines + [""]
 
 
+# --- cases of the main run measured again on later code -------------------------------------
+
+def _remeasures(d: dict, e: dict) -> bool:
+    """``e`` measures again some of the main run's cases: throughput only, systems of the main
+    run (so not a complement), the same data size, keys, partitions and interval."""
+    if "config" not in e or not e.get("throughput") or e.get("latency") or e.get("replay"):
+        return False
+    same = all(e["config"].get(k) == d["config"].get(k) for k in ("records", "keys", "partitions", "commit_interval_ms"))
+    return same and set(e["systems"]) <= set(d["systems"]) and all(r["workload"] in d["workloads"]
+                                                                    for r in e["throughput"])
+
+
+def latest(d: dict, remeasured: list[tuple[str, dict]]) -> dict:
+    """The main run with every case a re-measure ran replaced by that file's runs (a later file's
+    over an earlier one's); each replaced row names its file in ``from``."""
+    cases: dict[tuple[str, str, str], list[dict]] = {}
+    for r in d["throughput"]:
+        cases.setdefault((r["workload"], r["guarantee"], r["system"]), []).append(r)
+    for name, e in sorted(remeasured, key=lambda ne: ne[1]["run"]):
+        mine: dict[tuple[str, str, str], list[dict]] = {}
+        for r in e["throughput"]:
+            mine.setdefault((r["workload"], r["guarantee"], r["system"]), []).append({**r, "from": name})
+        cases.update(mine)
+    return {**d, "throughput": [r for rows in cases.values() for r in rows]}
+
+
+def _from(r: dict | None) -> str:
+    """`` (`file`)`` for a row of a re-measure, nothing for the main run's."""
+    return f" (`{r['from']}`)" if r and r.get("from") else ""
+
+
+def remeasured_section(d: dict, remeasured: list[tuple[str, dict]]) -> list[str]:
+    """Each re-measure beside the main run's figures of the same cases, with ``fw-1`` ÷ the raw
+    loop where the file ran both."""
+    if not remeasured:
+        return []
+    lines = ["## Cases measured again on later code", "",
+             ("Some cases of the main run, run again after later changes of the framework, one after another on the "
+              "same data size; the targets below use these figures where a file has them (the row names the file). "
+              "The main run's figures stand beside them: the same code measured at another time differs by the "
+              "spreads shown.")]
+    main = _index(d["throughput"])
+    for name, e in remeasured:
+        tp = _index(e["throughput"])
+        lines += ["", (f"From `benchmarks/results/{name}` (run {e['run']} {_on(e)}; {_load(e)}), exactly-once"
+                       f"{_repeats(e)}:"), "",
+                  "| workload | system | records/s | CPU s per million | main run's records/s | `fw-1` ÷ raw here |",
+                  "|---|---|---:|---:|---:|---:|"]
+        for (w, g, s), r in sorted(tp.items(), key=lambda kv: (kv[0][0], kv[0][1], ORDER.index(kv[0][2]))):
+            fw, raw = (_med(tp.get((w, g, x)), "records_per_s") for x in ("fw-1", "raw"))
+            share = f"{fw / raw:.0%}" if s == "fw-1" and fw and raw else ""
+            lines.append(f"| {w} {G[g]} | `{s}` | {_tp_cell(r)} | {_cell(r, 'cpu_s_per_million')} | "
+                         f"{_cell(main.get((w, g, s)), 'records_per_s')} | {share} |")
+    return lines + [""]
+
+
 # --- exactly-once at a 100 ms checkpoint ----------------------------------------------------
 
 LOW_SYSTEMS = ("fw-1", "kstreams")
@@ -317,7 +373,8 @@ LOW_WORKLOADS = ("w1", "w2")
 
 
 def _share_of_main(d: dict, e: dict, w: str, s: str) -> float | None:
-    """``s``'s exactly-once records/s in ``e`` ÷ the same in the main run ``d`` (its 1 s figure)."""
+    """``s``'s exactly-once records/s in ``e`` ÷ the same in ``d`` (its 1 s figure: the main
+    run's, or a re-measure's, ``latest``)."""
     low = _med(_index(e["throughput"]).get((w, "exactly_once", s)), "records_per_s")
     main = _med(_index(d["throughput"]).get((w, "exactly_once", s)), "records_per_s")
     return low / main if low and main else None
@@ -355,8 +412,9 @@ def _low_table(d: dict, low: tuple[str, dict]) -> list[str]:
     lines = ["## Exactly-once at a 100 ms checkpoint", "",
              (f"From `benchmarks/results/{name}` (run {e['run']} {_on(e)}; {e['config']['records']:,} records, checkpoint/commit "
              f"interval {e['config']['commit_interval_ms']} ms; {_load(e)}). Latency as above, at the rate given; "
-             "% of the 1 s figure = exactly-once records/s here ÷ the same system's in the main run "
-             f"({d['config']['commit_interval_ms']} ms)."), "",
+             "% of the 1 s figure = exactly-once records/s here ÷ the same system's at "
+             f"{d['config']['commit_interval_ms']} ms: in the main run, or in the later re-measure of the case "
+             "when there is one (the section above)."), "",
              f"| workload | system | p50 / p99 / max, ms | input rate | records/s{_repeats(e)} | % of the 1 s figure |",
              "|---|---|---:|---:|---:|---:|"]
     for w in LOW_WORKLOADS:
@@ -475,7 +533,8 @@ def _raw_targets(d: dict) -> list[str]:
     for w, share in RAW_SHARES.items():
         raw, fw = (_med(tp.get((w, "exactly_once", s)), "records_per_s") for s in ("raw", "fw-1"))
         target = f"{w.upper()} ≥ {share:.0%} of the raw loop (`fw-1`)"
-        stands = f"fw-1 {fw:,} vs {raw:,} rec/s = {fw / raw:.0%}" if fw and raw else "no `fw-1` and `raw` run of it"
+        stands = (f"fw-1 {fw:,} vs {raw:,} rec/s = {fw / raw:.0%}{_from(tp.get((w, 'exactly_once', 'fw-1')))}"
+                  if fw and raw else "no `fw-1` and `raw` run of it")
         lines.append(_row(target, w, "EOS", stands, fw / raw >= share if fw and raw else None))
     return lines
 
@@ -556,7 +615,8 @@ def _low_row(d: dict, e: dict, w: str) -> list[str]:
     rate = _med(tp.get((w, "exactly_once", "fw-1")), "records_per_s")
     return [_row(f"EOS p99 ≤ {LOW_P99_MS} ms at a 100 ms checkpoint, at half our max", w, "EOS", stands + beside, ok),
             _row(f"throughput at a 100 ms checkpoint ≥ {LOW_SHARE:.0%} of the 1 s figure", w, "EOS",
-                 f"fw-1 {_fmt(rate)} rec/s = {share:.0%} of the main run's" + beside if share else
+                 f"fw-1 {_fmt(rate)} rec/s = {share:.0%} of the 1 s figure"
+                 f"{_from(_index(d['throughput']).get((w, 'exactly_once', 'fw-1')))}" + beside if share else
                  "no `fw-1` exactly-once throughput in both runs", share >= LOW_SHARE if share else None)]
 
 
@@ -586,15 +646,18 @@ def _low_targets(d: dict, low: tuple[str, dict] | None) -> list[str]:
 
 
 def targets_section(d: dict, json_name: str, extra: list[tuple[str, dict]], low: tuple[str, dict] | None,
-                    replays: list[tuple[str, dict]], low_fixed: list[tuple[str, dict]]) -> list[str]:
+                    replays: list[tuple[str, dict]], low_fixed: list[tuple[str, dict]], now: dict) -> list[str]:
     """Every target with its figure and met / not met / not measured, grouped by what it
-    is about; the figures are the main run's unless the row names another run."""
+    is about; the figures are the main run's unless the row names another run. Shares of the
+    raw loop and of the 1 s figure compare ``now`` (``latest``): a case measured again on later
+    code counts with its latest figures, both sides from one file."""
     groups = [
         ("Throughput", _ahead_targets(d, json_name, "quix", "≥ 2× Quix Streams' throughput", 2)
          + _ahead_targets(d, json_name, "pyflink", "ahead of PyFlink's throughput", 1)
-         + _flink_core_targets(d, json_name) + _raw_targets(d)),
+         + _flink_core_targets(d, json_name) + _raw_targets(now)),
         ("Latency and memory", _latency_targets(d) + _memory_targets(d) + _fixed_rate_targets(d, extra)),
-        ("Low-latency exactly-once (100 ms checkpoint" + (f", `{low[0]}`)" if low else ")"), _low_targets(d, low) + _low_fixed_targets(low_fixed)),
+        ("Low-latency exactly-once (100 ms checkpoint" + (f", `{low[0]}`)" if low else ")"),
+         _low_targets(now, low) + _low_fixed_targets(low_fixed)),
     ] + [(f"Replay on Spark, `{name}`", replay_targets(e)) for name, e in replays]
     lines = ["## Targets", "", (f"Figures of the main run (`{json_name}`) unless the row or the heading names another "
              "run; *not measured*: the given files have no run of it. Memory is flat when the last third of a run "
@@ -881,12 +944,16 @@ def markdown(d: dict, json_name: str, extra: list[tuple[str, dict]]) -> str:
     low = next(((n, e) for n, e in lows if e["throughput"]), lows[0] if lows else None)
     low_fixed = [(n, e) for n, e in lows if (n, e) != low and e.get("latency")]  # at a rate fixed by hand
     runs = [(n, e) for n, e in runs if (n, e) not in lows]
+    remeasured = [(n, e) for n, e in runs if _remeasures(d, e)]
+    runs = [(n, e) for n, e in runs if (n, e) not in remeasured]
+    now = latest(d, remeasured)  # the figures the targets compare: the main run's, or a later re-measure's
     joins = [(n, e) for n, e in [(json_name, d)] + runs if any(r["workload"] in JOINS for r in e["throughput"])]
     fixed_rate = [(n, e) for n, e in runs if e.get("latency")]
     replays = [(n, e) for n, e in [(json_name, d)] + runs if e.get("replay")]
     lines = (head(d, json_name) + throughput_section(d) + latency_section(d) + supplementary(d, fixed_rate)
-             + low_latency_section(d, low, low_fixed) + replay_section(replays) + join_section(joins, memory)
-             + plot_section() + targets_section(d, json_name, fixed_rate, low, replays, low_fixed) + profile_section(d))
+             + remeasured_section(d, remeasured) + low_latency_section(now, low, low_fixed) + replay_section(replays)
+             + join_section(joins, memory) + plot_section()
+             + targets_section(d, json_name, fixed_rate, low, replays, low_fixed, now) + profile_section(d))
     return "\n".join(lines).rstrip() + "\n"
 
 
