@@ -241,6 +241,8 @@ class KafkaOutput:
                                   "timestamp": timestamp or 0, "headers": hdrs,
                                   "on_delivery": self._output_report})
         except KafkaException as exc:  # librdkafka checks the size before queueing the record
+            if exc.args[0].code() == KafkaError._STATE:
+                self._refuse_gone()  # the transaction failed already: because a topic written to is gone?
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                 raise
             raise _too_large(topic, key, value, hdrs) from None
@@ -276,6 +278,10 @@ class KafkaOutput:
                 self._p.poll(0.05)  # local queue full: let deliveries drain (backpressure)
                 self._produce(topic, {"key": key, "value": value, "partition": partition, "headers": hdrs,
                                       "on_delivery": on_delivery})
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError._STATE:
+                    self._refuse_gone()  # as in ``produce``
+                raise
         produced = self.produced
         produced[topic] = produced.get(topic, 0) + n
         return n
