@@ -68,6 +68,8 @@ class _WindowOp:
         self.early = step.early_firing
         self.late = ctx.late_output(step)
         self.horizon = self.lateness  # how far after a record's time its windows may end (ms)
+        # the latest event time ``_now`` accepts (kept by ``_extend``); -1 on processing time: none
+        self.latest = MAX_WATERMARK - self.horizon if event else -1
         if event:
             self.clock = ctx.clock_for(step.name)
             self.timers = TimerService(self.store, "event")
@@ -76,11 +78,17 @@ class _WindowOp:
             self.timers = TimerService(self.store, "processing")
             ctx.on_processing_time(step.name, self._on_time)
 
+    def _extend(self, ms: int) -> None:
+        """A record's windows may end ``ms`` later than its time (their size, a session's gap)."""
+        self.horizon += ms
+        if self.event:
+            self.latest = MAX_WATERMARK - self.horizon
+
     def _now(self, ts: int) -> tuple[int, int]:
         """(the record's window time, the operator's current watermark)."""
         if self.event:
             t = checked(ts, self.name) if type(ts) is not int or ts < 0 else ts
-            if t > MAX_WATERMARK - self.horizon:  # its windows, timers and results would not fit
+            if t > self.latest:  # its windows, timers and results would not fit
                 raise TimestampError(
                     f"event time {t} is too close to the largest Kafka timestamp (2**63 - 1 ms): its windows "
                     f"would end (and be cleaned up) {self.horizon} ms later, beyond it", None, self.name,
@@ -121,10 +129,8 @@ class _TimeWindowOp(_WindowOp):
         spec = step.windows
         super().__init__(step, ctx, down, spec.clock == "event")
         self.size, self.slide, self.offset = spec.size_ms, spec.slide_ms, spec.offset_ms
-        self.horizon += self.size
+        self._extend(self.size)
         self.prefix = state_prefix("win")
-        # the latest event time ``_now`` accepts as it is (-1: none; processing time always calls it)
-        self.latest = MAX_WATERMARK - self.horizon if self.event else -1
 
     def push(self, k: Any, v: Any, ts: int) -> None:
         if k is None:
@@ -201,9 +207,8 @@ class _SessionOp(_WindowOp):
         spec = step.windows
         super().__init__(step, ctx, down, spec.clock == "event")
         self.gap = spec.gap_ms
-        self.horizon += self.gap  # a session grows by at most one gap per record
+        self._extend(self.gap)  # a session grows by at most one gap per record
         self.prefix = state_prefix("sessions")
-        self.latest = MAX_WATERMARK - self.horizon if self.event else -1  # as _TimeWindowOp's
         merge = step.function.merge
         if merge is None:
             raise ValueError("session windows need a merge function")
