@@ -16,6 +16,7 @@ from framework.records import Headers, InputRecord, Output, record_headers  # no
 from framework.serde.values import ValueCodec
 from framework.state.cache import CachedPartition
 from framework.time.clock import Clock, TaskClock
+from framework.time.timers import TimerService
 
 
 class TaskContext:
@@ -24,7 +25,8 @@ class TaskContext:
     counters."""
 
     __slots__ = ("service", "partition", "output", "stores", "current", "pipeline", "time", "counters",
-                 "processing_listeners", "order", "task", "codec", "carried", "globals", "global_listeners")
+                 "processing_listeners", "order", "task", "codec", "carried", "globals", "global_listeners",
+                 "timers_in_memory")
 
     def __init__(self, pipeline: Any, partition: int, output: Output,
                  stores: dict[str, CachedPartition], time: TaskClock, task: Any, codec: ValueCodec,
@@ -44,6 +46,7 @@ class TaskContext:
         self.carried = frozenset(pipeline.repartition_topics())  # whose records carry their origin
         self.globals = globals  # the process's GlobalTables (framework.engine.globals), or None
         self.global_listeners: list[tuple[Any, Callable[[int], None]]] = []
+        self.timers_in_memory: dict[tuple[str, str], TimerService] = {}  # (step, domain): not in its store
 
     def store(self, name: str) -> CachedPartition:
         return self.stores[name]
@@ -96,6 +99,9 @@ class TaskContext:
         """Call ``fn(now_ms)`` on every wall-clock tick of the task."""
         self.processing_listeners.append((self.order[step], fn))
         self.processing_listeners.sort(key=lambda e: e[0])
+
+    def memory_timers(self, step: str, domain: str, timers: TimerService) -> None:
+        self.timers_in_memory[(step, domain)] = timers
 
     def count(self, metric: str, n: int = 1) -> None:
         self.counters[metric] = self.counters.get(metric, 0) + n

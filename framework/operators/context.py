@@ -16,6 +16,7 @@ from framework.records import InputRecord, Output
 from framework.serde.values import ValueCodec
 from framework.state.cache import CachedPartition
 from framework.time.clock import Clock
+from framework.time.timers import TimerService
 
 __all__ = ["TaskContext"]
 
@@ -60,6 +61,11 @@ class TaskContext(Protocol):
 
     def on_processing_time(self, step: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(now_ms)`` on every wall-clock tick of the task."""
+        ...
+
+    def memory_timers(self, step: str, domain: str, timers: TimerService) -> None:
+        """``step`` keeps its ``domain`` timers in memory only (``TimerService(durable=False)``):
+        what inspection (``TestDriver.timers``) lists for it instead of its store's."""
         ...
 
     def global_table(self, name: str) -> Any:

@@ -7,6 +7,10 @@ State layout in the step's store (keys are ``framework.state.keys`` layouts):
 - count and global windows: the key's pending ``[count, acc or elements, min ts, max ts]``;
 - timers: the step's ``TimerService`` (``FIRE`` at ``end − 1``, ``CLEAN`` at ``end − 1 + L``;
   a session's timers may be earlier, and re-arm at its end when they find it extended).
+  Without allowed lateness (L = 0) every window in the store is one that has not fired (a
+  fired window is purged at once), so its timer follows from it: the timers are then kept in
+  memory only, registered again from the windows when the task starts, and none is written
+  to the store or the changelog.
 
 Lateness is Flink's, per window: a record joins each window whose cleanup time
 ``end − 1 + L`` is after the watermark; joining a window that already fired re-emits it;
@@ -16,12 +20,13 @@ a record with no such window goes to the late output. State is purged at cleanup
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from framework.errors import TimestampError
 from framework.operators.aggregate import require_key
 from framework.operators.basic import user_error
-from framework.state.keys import LEN, keyed, state_prefix
+from framework.state.keys import LEN, keyed, prefix_end, split_keyed, state_prefix
 from framework.time.timers import TimerService
 from framework.time.watermarks import MAX_WATERMARK, NO_WATERMARK, checked
 from framework.windows.definitions import (
@@ -70,13 +75,29 @@ class _WindowOp:
         self.horizon = self.lateness  # how far after a record's time its windows may end (ms)
         # the latest event time ``_now`` accepts (kept by ``_extend``); -1 on processing time: none
         self.latest = MAX_WATERMARK - self.horizon if event else -1
+        domain = "event" if event else "processing"
+        # with no lateness, a window's only timer (FIRE at end − 1) follows from the window itself
+        self.timers = TimerService(self.store, domain, durable=self.lateness > 0)
+        if not self.timers.durable:
+            ctx.memory_timers(step.name, domain, self.timers)
         if event:
             self.clock = ctx.clock_for(step.name)
-            self.timers = TimerService(self.store, "event")
             ctx.on_watermark(step.name, self._on_time)
         else:
-            self.timers = TimerService(self.store, "processing")
             ctx.on_processing_time(step.name, self._on_time)
+
+    def _derive_timers(self) -> None:
+        """Timers kept in memory only: one at ``end − 1`` for each window in the store (with no
+        allowed lateness none of them has fired), registered when the task starts."""
+        if self.timers.durable:
+            return
+        register = self.timers.register
+        for kb, end in self._window_ends():
+            register(end - 1, kb, FIRE)
+
+    def _window_ends(self) -> Iterator[tuple[bytes, int]]:
+        """``(key bytes, end)`` of every window in the store."""
+        raise NotImplementedError
 
     def _extend(self, ms: int) -> None:
         """A record's windows may end ``ms`` later than its time (their size, a session's gap)."""
@@ -131,6 +152,13 @@ class _TimeWindowOp(_WindowOp):
         self.size, self.slide, self.offset = spec.size_ms, spec.slide_ms, spec.offset_ms
         self._extend(self.size)
         self.prefix = state_prefix("win")
+        self._derive_timers()
+
+    def _window_ends(self) -> Iterator[tuple[bytes, int]]:
+        prefix, size = self.prefix, self.size
+        for k, _ in self.store.iter_range(prefix, prefix_end(prefix)):
+            kb, start = split_keyed(prefix, k)
+            yield kb, _START.unpack(start)[0] - _BIAS + size
 
     def push(self, k: Any, v: Any, ts: int) -> None:
         if k is None:
@@ -213,6 +241,14 @@ class _SessionOp(_WindowOp):
         if merge is None:
             raise ValueError("session windows need a merge function")
         self.merge = merge
+        self._derive_timers()
+
+    def _window_ends(self) -> Iterator[tuple[bytes, int]]:
+        prefix = self.prefix
+        for k, sessions in self.store.iter_range(prefix, prefix_end(prefix)):
+            kb = split_keyed(prefix, k)[0]
+            for s in sessions:
+                yield kb, s[1]
 
     def push(self, k: Any, v: Any, ts: int) -> None:
         if k is None:

@@ -313,7 +313,8 @@ class TestDriver:
         """Pending timers of ``step`` as ``(timestamp, key)``, in firing order, over all tasks."""
         out: list[tuple[int, bytes, int]] = []
         for task in self.tasks:
-            out += list_timers(task.stores[step], domain)
+            in_memory = task.ctx.timers_in_memory.get((step, domain))  # a step that derives them from its state
+            out += in_memory.pending() if in_memory is not None else list_timers(task.stores[step], domain)
         kd = self.pipeline.steps[step].key_serde.deserialize  # type: ignore[attr-defined]
         return [(ts, kd(kb)) for ts, kb, _ in sorted(out)]
 

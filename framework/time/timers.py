@@ -4,6 +4,11 @@ A timer is ``(timestamp, key bytes, namespace)``; registering the same one twice
 They live in the step's store under a reserved state name, so they are written to RocksDB
 and the changelog at checkpoints like any state, and a restored task finds them again. The
 in-memory heap gives the firing order: ascending ``(timestamp, key, namespace)``.
+
+A step whose every timer follows from its other state (a window step without allowed
+lateness: each window in its store has not fired, and fires at its end − 1) keeps them in
+memory only (``durable=False``): it registers them again from that state when its task
+starts, and writes no timer to its store or changelog.
 """
 
 from __future__ import annotations
@@ -24,13 +29,17 @@ Timer = tuple[int, bytes, int]
 class TimerService:
     """Event-time or processing-time timers of one step (``domain`` names the store section)."""
 
-    __slots__ = ("_store", "_prefix", "_heap", "_live")
+    __slots__ = ("_store", "_prefix", "_heap", "_live", "durable")
 
-    def __init__(self, store: CachedPartition, domain: str) -> None:
+    def __init__(self, store: CachedPartition, domain: str, *, durable: bool = True) -> None:
         self._store = store
         self._prefix = state_prefix(f"__timers.{domain}")
+        self.durable = durable  # False: in memory only, registered again by the step when its task starts
         self._live: set[Timer] = set()
         self._live.update(list_timers(store, domain))
+        if not durable:  # stored by an earlier version of the step: kept in memory from now on
+            for t in self._live:
+                store.delete(self._encode(t))
         self._heap: list[Timer] = sorted(self._live)
 
     def _encode(self, t: Timer) -> bytes:
@@ -43,8 +52,8 @@ class TimerService:
         if t not in live:
             if not -_BIAS <= ts < _BIAS:
                 raise ValueError(f"a timer at {ts} ms is outside Kafka's timestamps (signed 64-bit milliseconds)")
-            # not live: the store holds no such timer
-            self._store.put_new(self._prefix + _TS.pack(ts + _BIAS) + key + _NS[namespace], 1)
+            if self.durable:  # not live: the store holds no such timer
+                self._store.put_new(self._prefix + _TS.pack(ts + _BIAS) + key + _NS[namespace], 1)
             live.add(t)
             heapq.heappush(self._heap, t)
 
@@ -52,7 +61,8 @@ class TimerService:
         t = (ts, key, namespace)
         if t in self._live:
             self._live.discard(t)
-            self._store.delete(self._encode(t))
+            if self.durable:
+                self._store.delete(self._encode(t))
             heap = self._heap
             if len(heap) > 2 * len(self._live) + 1024:  # deleted timers stay in the heap: compact
                 heap[:] = self._live  # in place: a running ``due`` holds this list
@@ -67,13 +77,14 @@ class TimerService:
         return self._drain(limit)
 
     def _drain(self, limit: int) -> Iterator[Timer]:
-        heap, live, delete, prefix, pack, pop = self._heap, self._live, self._store.delete, self._prefix, _TS.pack, \
-            heapq.heappop
+        heap, live, prefix, pack, pop = self._heap, self._live, self._prefix, _TS.pack, heapq.heappop
+        delete = self._store.delete if self.durable else None
         while heap and heap[0][0] <= limit:
             t = pop(heap)
             if t in live:
                 live.discard(t)
-                delete(prefix + pack(t[0] + _BIAS) + t[1] + _NS[t[2]])
+                if delete is not None:
+                    delete(prefix + pack(t[0] + _BIAS) + t[1] + _NS[t[2]])
                 yield t
 
     def next_timestamp(self) -> int | None:
