@@ -191,13 +191,13 @@ class CachedPartition:
             clean.clear()  # (an interval's writes alone may exceed it: the write cache held them anyway)
         if len(absent) + len(written) > _ABSENT_MAX:
             absent.clear()
-        for k, v in written.items():
-            if v is _DELETED:
-                clean.pop(k, None)
-                absent.add(k)
-            else:
-                clean[k] = v
-                absent.discard(k)
+        # in bulk (a checkpoint may write thousands of keys): every key as put, then the deletes
+        clean.update(written)
+        if absent:
+            absent.difference_update(written)
+        for k in [k for k, v in written.items() if v is _DELETED]:
+            del clean[k]
+            absent.add(k)
 
     def discard(self) -> None:
         """After an abort: forget every uncommitted write (and the committed objects: the
