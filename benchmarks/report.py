@@ -364,7 +364,7 @@ def remeasured_section(d: dict, remeasured: list[tuple[str, dict]]) -> list[str]
                   "| workload | system | records/s | CPU s per million | main run's records/s | `fw-1` ÷ raw here |",
                   "|---|---|---:|---:|---:|---:|"]
         for (w, g, s), r in sorted(tp.items(), key=lambda kv: (kv[0][0], kv[0][1], ORDER.index(kv[0][2]))):
-            fw, raw = (_med(tp.get((w, g, x)), "records_per_s") for x in ("fw-1", "raw"))
+            fw, raw = _fw_and_raw(tp, w, g)
             share = f"{fw / raw:.0%}" if s == "fw-1" and fw and raw else ""
             lines.append(f"| {w} {G[g]} | `{s}` | {_tp_cell(r)} | {_cell(r, 'cpu_s_per_million')} | "
                          f"{_cell(main.get((w, g, s)), 'records_per_s')} | {share} |")
@@ -478,6 +478,15 @@ def _row(target: str, w: str, g: str, stands: str, ok: bool | None) -> str:
     return f"| {target} | {w} | {g} | {stands} | {_verdict(ok)} |"
 
 
+def _fw_and_raw(tp: dict, w: str, g: str) -> tuple[Any, Any]:
+    """``fw-1``'s and the raw loop's records/s for a case, when both rows come from one file (a
+    share of the raw loop compares one run's figures); else ``(None, None)``."""
+    fw, raw = tp.get((w, g, "fw-1")), tp.get((w, g, "raw"))
+    if not (fw and raw) or fw.get("from") != raw.get("from"):
+        return None, None
+    return _med(fw, "records_per_s"), _med(raw, "records_per_s")
+
+
 def _ours(tp: dict, w: str, g: str, beside: dict | None = None) -> tuple[Any, str]:
     """The framework's best records/s for a case (``fw-1`` or ``fw-n``) and which one it is;
     with ``beside``, only from the file that row is from (a share compares one run's figures)."""
@@ -540,9 +549,7 @@ def _raw_targets(d: dict) -> list[str]:
             lines.append(_row("W1 ≥ 60% of the raw ceiling", "w1", G[g],
                               f"{which} {fw:,} vs {raw:,} rec/s = {fw / raw:.0%}", fw / raw >= 0.6))
     for w, share in RAW_SHARES.items():
-        rows = [tp.get((w, "exactly_once", s)) for s in ("raw", "fw-1")]
-        raw, fw = (_med(r, "records_per_s") if rows[0] and rows[1] and rows[0].get("from") == rows[1].get("from")
-                   else None for r in rows)  # both from one file
+        fw, raw = _fw_and_raw(tp, w, "exactly_once")
         target = f"{w.upper()} ≥ {share:.0%} of the raw loop (`fw-1`)"
         stands = (f"fw-1 {fw:,} vs {raw:,} rec/s = {fw / raw:.0%}{_from(tp.get((w, 'exactly_once', 'fw-1')))}"
                   if fw and raw else "no `fw-1` and `raw` run of it")
@@ -1036,7 +1043,7 @@ def readme_remeasures(remeasured: list[tuple[str, dict]]) -> list[str]:
         tp = _index(e["throughput"])
         shares = []
         for w, what in README_ROWS:
-            fw, raw = (_med(tp.get((w, "exactly_once", s)), "records_per_s") for s in ("fw-1", "raw"))
+            fw, raw = _fw_and_raw(tp, w, "exactly_once")
             if fw and raw:
                 shares.append(f"{what} {fw / raw:.0%}")
         if shares:
