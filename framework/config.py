@@ -124,6 +124,9 @@ class ProcessingConfig:
     max_tolerated_downtime_ms: int = 10000
     watermark_interval_ms: int = 200
     stall_warning_ms: int = 30000
+    # One record in a step for this long: one WARNING naming the step, the record and the time
+    # (docs/operations.md, Slow steps)
+    slow_record_warning_ms: int = 5000
     # How long a member waits for a cluster it cannot reach (every broker down, a network cut)
     # before it gives up and exits; meanwhile it keeps its state and endpoint, and resumes by
     # itself from its last checkpoint when the cluster answers (docs/operations.md, Outages).
@@ -227,9 +230,22 @@ class Config:
                 raise ConfigError(f"kafka.{section} must not set {key!r}: {reason}")
         if processing.guarantee is Guarantee.EXACTLY_ONCE:
             _check_transaction_timeout(kafka, processing)
+        _check_poll_interval(kafka, processing)
         port = self.observe.port
         if port is not None and not 0 <= port <= 65535:
             raise ConfigError(f"observe.port={port} is not a TCP port; use 1-65535, or 0 for any free port")
+
+    def max_poll_interval_ms(self) -> int:
+        """The consumer's ``max.poll.interval.ms``: ``kafka.consumer``'s if set, else 300000 or
+        longer. The loop polls at least once per checkpoint interval plus one record's time
+        (it checkpoints on time), so only one record slower than the transaction timeout keeps
+        it away longer; the poll interval is longer than that, so such a record ends the
+        member with the transaction timeout's line, never with an eviction from the group
+        (a rebalance of every member) first (docs/operations.md, "Slow steps")."""
+        given = self.kafka.consumer.get("max.poll.interval.ms")
+        if given is not None:
+            return int(given)
+        return max(300_000, _poll_floor(self.kafka, self.processing) + 30_000)
 
     def redacted(self) -> dict[str, Any]:
         """Plain nested dict for logging, with every secret replaced by ``"***"``."""
@@ -259,6 +275,7 @@ _MINIMUMS = (  # (section, field, smallest allowed value)
     ("processing", "max_tolerated_downtime_ms", 0),
     ("processing", "watermark_interval_ms", 1),
     ("processing", "stall_warning_ms", 1),
+    ("processing", "slow_record_warning_ms", 1),
     ("processing", "broker_outage_timeout_ms", 1),
     ("observe", "interval_ms", 1),
     ("observe", "health_timeout_ms", 1),
@@ -305,6 +322,29 @@ def _check_transaction_timeout(kafka: KafkaConfig, processing: ProcessingConfig)
         f"more than {max(timeout - interval, 0)} ms. Fix: {fix} (the broker caps the timeout at "
         "its transaction.max.timeout.ms, 900000 by default)"
     )
+
+
+def _poll_floor(kafka: KafkaConfig, processing: ProcessingConfig) -> int:
+    """What a member's poll interval must exceed: the longest a record may hold it."""
+    return kafka.transaction_timeout_ms + processing.checkpoint_interval_ms
+
+
+def _check_poll_interval(kafka: KafkaConfig, processing: ProcessingConfig) -> None:
+    given = kafka.consumer.get("max.poll.interval.ms")
+    if given is None or processing.guarantee is not Guarantee.EXACTLY_ONCE:
+        return
+    floor = _poll_floor(kafka, processing)
+    try:
+        value = int(given)
+    except ValueError:
+        raise ConfigError(f"kafka.consumer max.poll.interval.ms={given!r} is not a number of milliseconds") from None
+    if value <= floor:
+        raise ConfigError(
+            f"kafka.consumer max.poll.interval.ms={value} is not longer than kafka.transaction_timeout_ms="
+            f"{kafka.transaction_timeout_ms} + processing.checkpoint_interval_ms={processing.checkpoint_interval_ms}: "
+            "a slow record would get the member evicted from its group (a rebalance of every member) before its "
+            f"transaction times out. Fix: leave max.poll.interval.ms unset (the framework takes at least {floor + 30000}"
+            ") or set it above that sum")
 
 
 def _build(values: _Values) -> Config:

@@ -20,7 +20,8 @@ One root, ``FrameworkError``; every error the framework raises on purpose derive
     │   └── FatalKafkaError    the producer/consumer cannot continue
     │       ├── AccessProblem  the cluster refused the login or an operation (ACLs)
     │       ├── FencedError    another process took over the member's instance or transactional id
-    │       └── OutageTooLong  the cluster stayed unreachable past processing.broker_outage_timeout_ms
+    │       ├── OutageTooLong  the cluster stayed unreachable past processing.broker_outage_timeout_ms
+    │       └── SlowRecord     one record held its transaction past kafka.transaction_timeout_ms
     └── StateError             a state store could not be opened, restored or written
 """
 
@@ -81,6 +82,12 @@ class FencedError(FatalKafkaError):
 
 class OutageTooLong(FatalKafkaError):
     """The cluster could not be reached for longer than ``processing.broker_outage_timeout_ms``."""
+
+
+class SlowRecord(FatalKafkaError):
+    """One record stayed in a step while its transaction outlived ``kafka.transaction_timeout_ms``:
+    the broker aborts the transaction, so the member stops (names the step, the record and the
+    fix)."""
 
 
 class AccessProblem(FatalKafkaError):

@@ -18,6 +18,7 @@ Dead letters, counters, the checkpoint's steps and the restore's decisions exist
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -100,6 +101,9 @@ class TaskRunner:
         self.routes: dict[TP, tuple[Handler, Task, list[int]]] = {}
         self.records = 0  # processed, over the runner's life (not rolled back by aborts)
         self.consumed: dict[TP, list[int]] = {}  # processed per input partition, the same way
+        self.held: dict[TP, list[InputRecord]] = {}  # handed over, not processed yet (``process``)
+        self.in_hand: InputRecord | None = None  # the record being processed, for a watchdog
+        self.since = 0.0  # when it began (monotonic)
         self._closed_counters: dict[str, int] = {}
 
     # -- tasks -----------------------------------------------------------------------------
@@ -124,6 +128,7 @@ class TaskRunner:
             return
         for topic in task.handlers:
             self.routes.pop((topic, partition), None)
+            self.held.pop((topic, partition), None)  # the next owner reads them from the committed position
         self._fold_counters(task)
         task.close()
 
@@ -146,34 +151,106 @@ class TaskRunner:
     # -- records ---------------------------------------------------------------------------
 
     def process(self, records: Sequence[InputRecord], unrouted: Callable[[InputRecord], None] | None = None,
-                failed: Callable[[InputRecord], None] | None = None) -> int:
+                failed: Callable[[InputRecord], None] | None = None, *, until: float = math.inf) -> int:
         """The hot loop: each record through its task's compiled handler; a record error goes
-        to the dead-letter topic (or is raised, with ``fail_on_error``). ``unrouted`` gets
-        records of partitions without a running task, ``failed`` the consumer's error
-        records. Returns how many records were processed (watermark records excluded)."""
-        routes, fail, n = self.routes, self.fail_on_error, 0
+        to the dead-letter topic (or is raised, with ``fail_on_error``). ``unrouted`` gets the
+        first record of each partition without a running task (the engine fetches from there
+        again), ``failed`` the consumer's error records. Returns how many records were
+        processed (watermark records excluded).
+
+        Time bounds the work, not the batch: once the monotonic clock passes ``until`` (the
+        next checkpoint is due) after a record, the rest is *held*, each partition's records in
+        order, and processed first by the next call. A checkpoint meanwhile commits a held
+        partition's position at its first held record (``checkpoint``), so the deadline is
+        kept however slow a step is, within about one record's time."""
+        if self.held:
+            return self._process_held(records, unrouted, failed, until)
+        return self._run(records, unrouted, failed, until)
+
+    def _run(self, records: Sequence[InputRecord], unrouted: Callable[[InputRecord], None] | None,
+             failed: Callable[[InputRecord], None] | None, until: float) -> int:
+        routes, fail, clock, n, taken = self.routes, self.fail_on_error, time.monotonic, 0, 0
+        skipped: set[TP] = set()
+        self.since = clock()
+        try:
+            for msg in records:
+                taken += 1
+                if msg.error() is not None:
+                    if failed is not None:
+                        failed(msg)
+                    continue
+                tp = (msg.topic(), msg.partition())
+                route = routes.get(tp)
+                if route is None:
+                    if unrouted is not None and tp not in skipped:
+                        skipped.add(tp)  # fetched again from its first record: the later ones come with it
+                        unrouted(msg)
+                    continue
+                handler, task, cell = route
+                self.in_hand = msg
+                try:
+                    if not handler(msg):  # True: a watermark control record, not a record
+                        n += 1
+                        cell[0] += 1
+                except RecordError as err:
+                    if fail:
+                        raise err.locate(err.coordinates or task.ctx.coordinates())
+                    task.dead_letter(msg, err)
+                    n += 1
+                    cell[0] += 1
+                now = clock()
+                if now >= until:
+                    break
+                self.since = now
+        finally:
+            self.in_hand = None
+            self.records += n
+        if taken < len(records):
+            self._hold(records[taken:], unrouted, failed, skipped)
+        return n
+
+    def _process_held(self, records: Sequence[InputRecord], unrouted: Callable[[InputRecord], None] | None,
+                      failed: Callable[[InputRecord], None] | None, until: float) -> int:
+        """Each partition's held records first, then ``records`` (those of a partition that
+        still holds some go after them)."""
+        held, self.held, n = self.held, {}, 0
+        for tp, msgs in held.items():
+            if self.held or time.monotonic() >= until:  # the deadline passed: hold the rest as it was
+                self.held.setdefault(tp, []).extend(msgs)
+            else:
+                n += self._run(msgs, unrouted, failed, until)
+        if self.held:
+            fresh = []
+            for msg in records:
+                waiting = self.held.get((msg.topic(), msg.partition()))
+                if waiting is None:
+                    fresh.append(msg)
+                else:
+                    waiting.append(msg)
+            records = fresh
+            if time.monotonic() >= until:
+                self._hold(records, unrouted, failed, set())
+                return n
+        return n + self._run(records, unrouted, failed, until)
+
+    def _hold(self, records: Sequence[InputRecord], unrouted: Callable[[InputRecord], None] | None,
+              failed: Callable[[InputRecord], None] | None, skipped: set[TP]) -> None:
         for msg in records:
             if msg.error() is not None:
                 if failed is not None:
                     failed(msg)
                 continue
-            route = routes.get((msg.topic(), msg.partition()))
-            if route is None:
-                if unrouted is not None:
-                    unrouted(msg)
-                continue
-            handler, task, cell = route
-            try:
-                if handler(msg):
-                    continue  # a watermark control record, not a record
-            except RecordError as err:
-                if fail:
-                    raise err.locate(err.coordinates or task.ctx.coordinates())
-                task.dead_letter(msg, err)
-            n += 1
-            cell[0] += 1
-        self.records += n
-        return n
+            tp = (msg.topic(), msg.partition())
+            if tp in self.routes:
+                self.held.setdefault(tp, []).append(msg)
+            elif unrouted is not None and tp not in skipped:
+                skipped.add(tp)
+                unrouted(msg)
+
+    @property
+    def held_records(self) -> int:
+        """Records handed to ``process`` and not processed yet (held past a deadline)."""
+        return sum(len(msgs) for msgs in self.held.values())
 
     def end_batch(self) -> bool:
         """The end of a consumed batch: each task sends its watermarks downstream if they
@@ -200,11 +277,14 @@ class TaskRunner:
         2. ``sink.commit``: outputs, changelog records and input positions durable at once;
         3. every store's changes and changelog offset to the backend, one batch per store.
 
-        ``positions`` may name any partitions; only the running tasks' are committed. Returns
-        the number of changelog records. An exception from the sink leaves the interval
-        uncommitted: ``abort`` (or ``discard``) then drops its writes.
+        ``positions`` may name any partitions; only the running tasks' are committed, a
+        partition with held records (``process``) at its first one. Returns the number of
+        changelog records. An exception from the sink leaves the interval uncommitted:
+        ``abort`` (or ``discard``) then drops its writes.
         """
         mine = {tp: o for tp, o in positions.items() if tp in self.routes}
+        for tp, msgs in self.held.items():
+            mine[tp] = msgs[0].offset()
         n = 0
         for p, task in self.tasks.items():
             n += task.produce_changelogs({f"{t}[{q}]": o for (t, q), o in mine.items() if q == p})
@@ -220,6 +300,7 @@ class TaskRunner:
     def abort(self) -> None:
         """After an aborted checkpoint: every task again as of the last one (state, clock,
         timers); the engine rewinds its inputs to the committed positions."""
+        self.held.clear()
         for partition, task in list(self.tasks.items()):
             task.discard_state()
             self._fold_counters(task)
@@ -227,6 +308,7 @@ class TaskRunner:
 
     def discard(self) -> None:
         """The engine is stopping on an error: drop every uncommitted write."""
+        self.held.clear()
         for task in self.tasks.values():
             task.discard_state()
 

@@ -125,6 +125,8 @@ class Metrics:
         self.rebalances = counter("fw_rebalances", "Partition assignment changes seen by the member.",
                                   ("event",))
         self.stalls = counter("fw_stall_warnings", "Warnings that records wait but none is read.")
+        self.slow_records = counter("fw_slow_records", "Records that stayed in the pipeline's steps "
+                                    "longer than processing.slow_record_warning_ms (one WARNING each).")
         self.state_entries = family("fw_state_entries", "Entries of a store partition (RocksDB's "
                                     "estimate of its keys).", ("store", "partition"))
         self.state_bytes = family("fw_state_bytes", "Bytes of a store partition (RocksDB's live data "

@@ -24,11 +24,13 @@ HISTORY_S = 600  # the status page's charts: the last ten minutes
 class Observer:
     """Observes one ``Service`` from inside its loop; read by ``framework.observe.server``."""
 
-    def __init__(self, service: Any, interval_s: float, health_timeout_s: float) -> None:
+    def __init__(self, service: Any, interval_s: float, health_timeout_s: float,
+                 busy_limit_s: float = float("inf")) -> None:
         """``service``: a ``framework.runtime.service.Service`` (not imported: it imports this)."""
         self.service = service
         self.interval_s = interval_s
         self.health_timeout_s = health_timeout_s
+        self.busy_limit_s = busy_limit_s  # how long one record may hold the loop and the member be healthy
         self.metrics = Metrics()
         self.started_at = time.time()
         self.heartbeat = time.monotonic()  # the loop's last round (set by the loop itself)
@@ -58,6 +60,10 @@ class Observer:
         if idle:
             return False, {"status": "idle with lag", "why": idle}
         if self.looping and since > self.health_timeout_s:
+            slow = getattr(self.service, "slow", None)
+            busy = slow.busy(self.busy_limit_s) if slow is not None else None
+            if busy is not None:  # one slow record, still within its transaction: busy, not stalled
+                return True, {"status": "busy", "state": self.state, "loop_silent_s": round(since, 1), "why": busy}
             return False, {"status": "stalled", "loop_silent_s": round(since, 1),
                            "why": "the processing loop has not come round: a step's code or a blocking "
                                   "call holds it (see /status and the log)"}
@@ -141,6 +147,9 @@ class Observer:
         for event, n in svc.rebalances.items():
             self._copy(m.rebalances, (event,), n)
         self._copy(m.stalls, (), svc.stall_warnings)
+        slow = getattr(svc, "slow", None)
+        if slow is not None:
+            self._copy(m.slow_records, (), slow.warnings)
         for store, n in svc.restorer.restored_by_store.items():
             self._copy(m.restored, (store,), n)
         self._publish(counters)
@@ -161,6 +170,7 @@ class Observer:
         """The snapshot behind /status and /history, and the gauges; ``counters``: the runner's."""
         svc, m = self.service, self.metrics
         runner, restorer, ckpt = svc.runner, svc.restorer, svc.checkpointer
+        slow = getattr(svc, "slow", None)
         wall = time.time()
         assigned = svc.assigned
         inputs, lag_by_partition = self._inputs(assigned)
@@ -240,6 +250,8 @@ class Observer:
                          "late_records": {k.partition(".")[2]: v for k, v in counters.items()
                                           if k.startswith("late_records.")},
                          "rebalances": sum(svc.rebalances.values()), "stall_warnings": svc.stall_warnings,
+                         "slow_records": slow.warnings if slow is not None else 0,
+                         "held_records": runner.held_records,
                          "transaction_aborts": svc.output.aborts},
         }
         self._sample = {"t": round(wall, 3), "rate": round(self.rate, 1), "lag": lag_total,

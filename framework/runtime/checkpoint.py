@@ -78,6 +78,7 @@ class Checkpointer:
         self.last_completed_at = 0.0
         self.committed_as_of = time.time()  # everything processed before this is committed
         self.broken: str | None = None  # why the open interval can commit nothing more
+        self.began_at = time.monotonic()  # when the open interval (its transaction) began
         # seconds spent in each part of the completed checkpoints, summed (``phases_ms``): where a
         # checkpoint's time goes, which bounds how short an interval can be
         self.phase_totals_s = dict.fromkeys(PHASES, 0.0)
@@ -88,7 +89,7 @@ class Checkpointer:
     def start(self) -> None:
         if self.exactly_once:
             self.output.init_transactions(self.timeout_s)
-            self.output.begin()
+        self._begin()
         self.next_due = time.monotonic() + self.interval_s
 
     def maybe_checkpoint(self) -> None:
@@ -101,6 +102,7 @@ class Checkpointer:
             return  # the recovery settles the interval; nothing of it may commit meanwhile
         if not self.dirty:
             self.committed_as_of = time.time()  # nothing new since the last one: all committed
+            self.began_at = time.monotonic()  # nor in the transaction: it begins with the next write
             return
         started = time.monotonic()
         self._interval_phases = dict.fromkeys(PHASES, 0.0)  # commit() times its calls into it
@@ -237,6 +239,7 @@ class Checkpointer:
         self.next_due = float("inf")
 
     def _begin(self) -> None:
+        self.began_at = time.monotonic()
         if self.exactly_once:
             self.output.begin()
 

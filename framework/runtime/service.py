@@ -29,6 +29,7 @@ from framework.errors import (
     FencedError,
     KafkaClientError,
     OutageTooLong,
+    SlowRecord,
 )
 from framework.kafka.acl import Grant, denied, missing_grants
 from framework.kafka.admin import admin_client, topic_ids, topic_partitions
@@ -47,6 +48,7 @@ from framework.runtime.membership import refuse_a_taken_instance_id, unheld_back
 from framework.runtime.outage import Recovery
 from framework.runtime.queries import LiveQueries
 from framework.runtime.restore import Restorer
+from framework.runtime.slow import SlowRecords
 from framework.runtime.standby import Standby
 from framework.runtime.topics import (
     ensure_service_topics,
@@ -118,7 +120,7 @@ class Service:
             self._run(until, cfg, settings, client_id)
         except Exception as exc:
             said = client_failure(exc)
-            if isinstance(exc, (AccessProblem, FencedError, OutageTooLong)) or not (
+            if isinstance(exc, (AccessProblem, FencedError, OutageTooLong, SlowRecord)) or not (
                     said or isinstance(exc, KafkaClientError)):
                 raise  # the cause is known: no question to the cluster (it may be away) first
             # A denied operation surfaces wherever the client noticed it (a transaction in an
@@ -139,7 +141,11 @@ class Service:
         obs = self.config.observe
         if not obs.enabled:
             return None
-        self.observer = Observer(self, obs.interval_ms / 1000, obs.health_timeout_ms / 1000)
+        cfg = self.config
+        # a record may hold the loop as long as its transaction lives (at-least-once: as long as
+        # the group waits for the member's next poll)
+        busy_limit_ms = (cfg.kafka.transaction_timeout_ms if self.exactly_once else cfg.max_poll_interval_ms())
+        self.observer = Observer(self, obs.interval_ms / 1000, obs.health_timeout_ms / 1000, busy_limit_ms / 1000)
         self.server = StatusServer(self.observer, obs.host, obs.port, LiveQueries(self), self.holds).start()
         host = obs.advertised_host or ("" if obs.host in ("0.0.0.0", "::") else obs.host)
         self.observer.endpoint = f"http://{host or socket.gethostname()}:{self.server.port}"
@@ -170,7 +176,8 @@ class Service:
                                       in output_limits(self.pipeline, settings, max_bytes).items()})
         self.output.on_missing = lambda names: topics_missing(self.pipeline, names, self.partitions,
                                                               settings["bootstrap.servers"], running=True)
-        self.consumer = GroupConsumer({**settings, **cfg.kafka.consumer}, self.pipeline.name, client_id=client_id,
+        self.consumer = GroupConsumer({**settings, "max.poll.interval.ms": cfg.max_poll_interval_ms(),
+                                       **cfg.kafka.consumer}, self.pipeline.name, client_id=client_id,
                                       instance_id=self.static_id,
                                       leave_on_close=cfg.processing.leave_group_on_shutdown,
                                       stats_interval_ms=cfg.observe.interval_ms if client_id else 0)
@@ -198,6 +205,10 @@ class Service:
                                  timeout_s=cfg.processing.broker_outage_timeout_ms / 1000,
                                  where=settings["bootstrap.servers"])
         self.checkpointer.on_broken = self.recovery.begin
+        self.slow = SlowRecords(self.pipeline, self.runner, warn_after_s=cfg.processing.slow_record_warning_ms / 1000,
+                                transaction_timeout_s=cfg.kafka.transaction_timeout_ms / 1000
+                                if self.exactly_once else None,
+                                transaction_began=lambda: self.checkpointer.began_at)
         if self.observer is not None:
             self.restorer.on_progress = self.observer.publish
             self.checkpointer.on_checkpoint = self.observer.metrics.checkpoint_duration.observe
@@ -209,6 +220,7 @@ class Service:
         self._read_global_tables(settings, cfg)
         self.consumer.subscribe(self.inputs, self._on_assign, self._on_revoke, self._on_lost)
         failed = False
+        self.slow.start()
         try:
             self._loop(until)
             if self.observer is not None:
@@ -222,11 +234,16 @@ class Service:
             # Nothing of the failed interval may commit: not its outputs, and not the
             # positions past the record that failed (leaving the group would otherwise commit).
             failed = True
+            if self.slow.overdue is not None and isinstance(exc, Exception):
+                exc = SlowRecord(self.slow.overdue)  # the cause of the client error that follows it
             if self.observer is not None:
                 self.observer.state, self.observer.error = "failed", f"{type(exc).__name__}: {exc}"
             self.checkpointer.abandon()
+            if isinstance(exc, SlowRecord):
+                raise exc from None
             raise
         finally:
+            self.slow.stop()
             self._shutdown(quiet=failed)
 
     def _read_global_tables(self, settings: dict[str, str], cfg: Config) -> None:
@@ -282,8 +299,11 @@ class Service:
             # their own reads wait (a copy's briefly), so neither is held to a batch per wait.
             # Nor past the next checkpoint: a batch that does not fill (a low rate) would hold
             # what it has until the wait ends, and the checkpoint after it
-            wait = 0.0 if restoring or copying else min(timeout, max(ckpt.next_due - time.monotonic(), 0.0))
-            msgs = consume(batch, wait)
+            # Records held past a checkpoint's deadline are processed first, and fewer are consumed
+            # meanwhile: what a member holds stays within one batch
+            held = runner.held_records if runner.held else 0
+            wait = 0.0 if restoring or copying or held else min(timeout, max(ckpt.next_due - time.monotonic(), 0.0))
+            msgs = consume(max(batch - held, 1), wait)
             now = time.monotonic()
             if standby is not None:
                 standby.maybe_refresh(now)
@@ -296,9 +316,9 @@ class Service:
                 if updates:
                     runner.apply_global(updates)  # may release joins waiting for the tables
                     ckpt.dirty = True
-            if msgs:
+            if msgs or held:
                 stall_check = now + stall_s
-                runner.process(cast(Sequence[InputRecord], msgs), unrouted, failed)
+                runner.process(cast(Sequence[InputRecord], msgs), unrouted, failed, until=ckpt.next_due)
                 runner.end_batch()  # watermarks leave at the end of each batch, in its transaction
                 ckpt.dirty = True
                 poll()

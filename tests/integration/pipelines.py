@@ -672,3 +672,24 @@ def rescaled() -> Pipeline:
     src.key_by(lambda r: r["g"], name="by-group").window(TumblingWindows(1_000)).count(name="per-second") \
         .to(Topic(f"rs-windows-{s}", key_serde=JsonSerde()), name="to-windows")
     return p
+
+
+def _check_spend(r: dict) -> dict:
+    """A stand-in for a call to another service: 40 ms a record (one marked ``slow``: 1.5 s)."""
+    import time
+
+    time.sleep(1.5 if r.get("slow") else 0.04)
+    return r
+
+
+def slow_spend() -> Pipeline:
+    """Spend per user, with a slow step after the re-key: ``spend-<suffix>`` (JSON
+    ``{"user", "amount"}``) → key_by user → ``check`` (40 ms a record) → the checked records
+    to ``checked-<suffix>`` and a running total per user to ``totals-<suffix>``."""
+    s = _suffix()
+    p = Pipeline(f"slow-{s}")
+    spend = p.source(Topic(f"spend-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=4))
+    checked = spend.key_by(lambda r: r["user"], name="by-user").map(_check_spend, name="check")
+    checked.to(Topic(f"checked-{s}"))
+    checked.sum(lambda r: r["amount"], name="totals").to(Topic(f"totals-{s}"))
+    return p
