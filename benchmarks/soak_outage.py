@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from framework.broker.local import LocalBroker, free_port_pair  # noqa: E402
-from framework.kafka.admin import TopicSpec, admin_client, ensure_topics  # noqa: E402
-from tests.integration.harness import (  # noqa: E402
+from framework.broker.local import LocalBroker, free_port_pair
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+from tests.integration.harness import (
     EvenOddOutputs,
     ServiceProcess,
     even_odd_anomalies,

@@ -49,16 +49,32 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import fastavro  # noqa: E402
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+import fastavro
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from benchmarks.common import (  # noqa: E402
-    AVRO_DIR, BOUND_MS, GAP_MS, GUARANTEES, JOIN_DELETE_EVERY, JOIN_KEYS, JOIN_VERSIONS, JOIN_WORKLOADS, KEYS,
-    MAX_JITTER_MS, OUTPUT_SCHEMA, RECORDS_PER_2MS, SENTINEL_AHEAD_MS, SENTINEL_KEY, WINDOW_MS, WORKLOADS, keep, mapped,
+from benchmarks.common import (
+    AVRO_DIR,
+    BOUND_MS,
+    GAP_MS,
+    GUARANTEES,
+    JOIN_DELETE_EVERY,
+    JOIN_KEYS,
+    JOIN_VERSIONS,
+    JOIN_WORKLOADS,
+    KEYS,
+    MAX_JITTER_MS,
+    OUTPUT_SCHEMA,
+    RECORDS_PER_2MS,
+    SENTINEL_AHEAD_MS,
+    SENTINEL_KEY,
+    WINDOW_MS,
+    WORKLOADS,
+    keep,
+    mapped,
     schema,
 )
-from framework.config import Config  # noqa: E402
+from framework.config import Config
 
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
@@ -480,7 +496,7 @@ class ProcTree:
                 except OSError:
                     continue
 
-    def threads(self, role: Any) -> dict[str, float]:  # noqa: ANN401
+    def threads(self, role: Any) -> dict[str, float]:
         """CPU seconds by ``role(command line)`` and thread name (digits dropped: pools summed)."""
         out: Counter = Counter()
         for (p, _t), (name, cpu) in self.thread_cpu.items():
@@ -1062,7 +1078,7 @@ def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
         self_c[frames[-1]] += count
         for f in set(frames):
             incl[f] += count
-    pct = lambda c: round(100 * c / total, 1)  # noqa: E731
+    pct = lambda c: round(100 * c / total, 1)
     return {"samples": total,
             "self": [[f, pct(c)] for f, c in self_c.most_common(top)],
             "inclusive": [[f, pct(c)] for f, c in incl.most_common(top + 10)]}
@@ -1071,7 +1087,7 @@ def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
 # --- main -------------------------------------------------------------------------------
 
 def join_throughput(ctx: Ctx, workload: str, systems: list[str], guarantees: list[str], results: dict[str, Any],
-                    save: Any) -> None:  # noqa: ANN401
+                    save: Any) -> None:
     """j1 over its own two topics: ``--join-keys`` customers, ``--records`` orders; every
     (system, guarantee) ``--repeat`` times, in rounds, as the other workloads' live runs."""
     log(f"generating {ctx.args.join_keys:,} customers x {JOIN_VERSIONS} versions and {ctx.args.records:,} orders")

@@ -34,10 +34,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import KafkaException  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
-from benchmarks.suite import (  # noqa: E402
+from benchmarks.suite import (
     BASE_TS,
     PY,
     RESULTS,
@@ -51,7 +51,7 @@ from benchmarks.suite import (  # noqa: E402
     machine,
     stop,
 )
-from framework.config import Config  # noqa: E402
+from framework.config import Config
 
 APP = "benchmarks.apps.table_app:pipeline"
 

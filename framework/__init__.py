@@ -20,8 +20,24 @@ from framework.errors import (
     SerializationError,
     StateError,
 )
-from framework.pipeline import CoProcessFunction, Pipeline, ProcessContext, ProcessFunction, Stream, Table, Topic
-from framework.serde import AvroSerde, BytesSerde, CustomType, IntSerde, JsonSerde, StringSerde, load_schema
+from framework.pipeline import (
+    CoProcessFunction,
+    Pipeline,
+    ProcessContext,
+    ProcessFunction,
+    Stream,
+    Table,
+    Topic,
+)
+from framework.serde import (
+    AvroSerde,
+    BytesSerde,
+    CustomType,
+    IntSerde,
+    JsonSerde,
+    StringSerde,
+    load_schema,
+)
 from framework.state.views import ListState, MapState, ValueState
 from framework.testing import TestDriver, TestRecord
 from framework.time import NO_WATERMARK, WatermarkStrategy

@@ -32,22 +32,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import fastavro  # noqa: E402
-from pyflink.common import Configuration, Duration, Row, Time, Types, WatermarkStrategy  # noqa: E402
-from pyflink.common.serialization import ByteArraySchema, SerializationSchema  # noqa: E402
-from pyflink.datastream import CheckpointingMode, StreamExecutionEnvironment  # noqa: E402
-from pyflink.datastream.connectors.base import DeliveryGuarantee  # noqa: E402
-from pyflink.datastream.connectors.kafka import (  # noqa: E402
+import fastavro
+from pyflink.common import Configuration, Duration, Row, Time, Types, WatermarkStrategy
+from pyflink.common.serialization import ByteArraySchema, SerializationSchema
+from pyflink.datastream import CheckpointingMode, StreamExecutionEnvironment
+from pyflink.datastream.connectors.base import DeliveryGuarantee
+from pyflink.datastream.connectors.kafka import (
     KafkaOffsetsInitializer,
     KafkaRecordSerializationSchema,
     KafkaSink,
     KafkaSource,
 )
-from pyflink.datastream.functions import AggregateFunction, ProcessWindowFunction  # noqa: E402
-from pyflink.datastream.window import EventTimeSessionWindows, TimeWindow, TumblingEventTimeWindows  # noqa: E402
-from pyflink.java_gateway import get_gateway  # noqa: E402
+from pyflink.datastream.functions import AggregateFunction, ProcessWindowFunction
+from pyflink.datastream.window import EventTimeSessionWindows, TimeWindow, TumblingEventTimeWindows
+from pyflink.java_gateway import get_gateway
 
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     BOUND_MS,
     GAP_MS,
     OUTPUT_SCHEMA,
@@ -114,7 +114,7 @@ class WindowResult(ProcessWindowFunction):
         self.body = body
         self.events = events
 
-    def process(self, key: str, context: ProcessWindowFunction.Context, elements):  # noqa: ANN001, ANN201
+    def process(self, key: str, context: ProcessWindowFunction.Context, elements):
         if self.events:
             count = total = 0
             for e in elements:

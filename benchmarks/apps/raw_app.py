@@ -25,11 +25,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import fastavro  # noqa: E402
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+import fastavro
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from benchmarks.common import (  # noqa: E402
-    BOUND_MS, GAP_MS, OUTPUT_SCHEMA, WINDOW_MS, enrich, keep, mapped, schema, settings,
+from benchmarks.common import (
+    BOUND_MS,
+    GAP_MS,
+    OUTPUT_SCHEMA,
+    WINDOW_MS,
+    enrich,
+    keep,
+    mapped,
+    schema,
+    settings,
 )
 
 _stop = False

@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from framework.engine.entries import StoreLayout
 from framework.errors import ConfigError, RecordCoordinates, described
 from framework.headers import VALUE_ENCODING, dead_letter_value
 from framework.kafka.inspect import Cluster, ReadRecord, TopicReader, close_matches
 from framework.kafka.offsets import resolve_positions
-from framework.engine.entries import StoreLayout
 from framework.ops.targets import plain, raw_bytes
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline

@@ -100,7 +100,7 @@ class WatermarkStrategy:
                 return kafka_ts
             try:
                 ts = fn(value)
-            except Exception as exc:  # noqa: BLE001 - the assigner is user code
+            except Exception as exc:  # the assigner is user code
                 raise TimestampError(f"the timestamp assigner raised {type(exc).__name__}: {exc}", None,
                                      step, fix=_FIX) from exc
             return checked(ts, step)

@@ -10,7 +10,16 @@ import pytest
 
 from tests.integration.harness import ServiceProcess, wait_until
 from tests.integration.test_exactly_once import (
-    CRASH_POINTS, CRASH_RUN_ENV, KEYS, N, TARGET, Outputs, _create_input, _env, _even_chunks, _feed,
+    CRASH_POINTS,
+    CRASH_RUN_ENV,
+    KEYS,
+    TARGET,
+    N,
+    Outputs,
+    _create_input,
+    _env,
+    _even_chunks,
+    _feed,
 )
 
 

@@ -332,7 +332,7 @@ def test_the_same_numbers_keyed_upstream_replay_as_the_live_run(kafka_bootstrap:
                       "topic", "--output-suffix", "-keyed"], env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert re.search(r"^\[replay\] checked the order of sums: each key from one upstream partition \(\d+\.\d s\)$",
-                     done.stdout, re.M), done.stdout
+                     done.stdout, re.MULTILINE), done.stdout
     replayed = results(kafka_bootstrap, pipeline, "-keyed")
     assert_same(pipeline, live, Results(replayed.outputs, live.state))
     sums = f"sums-{unique}"

@@ -70,7 +70,7 @@ def _fw(env: dict[str, str], *args: str, timeout_s: float = 120) -> subprocess.C
                           timeout=timeout_s, check=False)
 
 
-def _pipeline(unique: str):  # noqa: ANN202 - the test pipeline, built under the test's suffix
+def _pipeline(unique: str):  # the test pipeline, built under the test's suffix
     with mock.patch.dict(os.environ, {"FW_TEST_SUFFIX": unique}):
         from tests.integration.pipelines import even_odd
 

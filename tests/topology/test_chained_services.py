@@ -3,7 +3,15 @@ records that a downstream service reads with ``WatermarkStrategy.from_upstream()
 
 from __future__ import annotations
 
-from framework import JsonSerde, Pipeline, StringSerde, TestDriver, Topic, TumblingWindows, WatermarkStrategy
+from framework import (
+    JsonSerde,
+    Pipeline,
+    StringSerde,
+    TestDriver,
+    Topic,
+    TumblingWindows,
+    WatermarkStrategy,
+)
 from framework.engine.partitioner import partition_for
 
 MIN = 60_000

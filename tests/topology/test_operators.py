@@ -119,14 +119,14 @@ def build_aggregations() -> Pipeline:
     by_user.max(lambda e: e["x"], name="max").to("max-out")
     by_user.mean(lambda e: e["x"], name="mean").to("mean-out")
     by_user.map(lambda e: e["i"]).reduce(lambda a, b: a * 31 + b, name="reduce").to("reduce-out")
-    by_user.aggregate(lambda: [], lambda acc, e: [*acc, e["x"]][-3:], result=lambda acc: sum(acc),
+    by_user.aggregate(list, lambda acc, e: [*acc, e["x"]][-3:], result=lambda acc: sum(acc),
                       name="last3").to("last3-out")
     return p
 
 
 def expected_aggregations(data: list[dict[str, Any]]) -> dict[str, dict[Any, list[Any]]]:
-    user = lambda e: e["user"]  # noqa: E731
-    x = lambda e: e["x"]  # noqa: E731
+    user = lambda e: e["user"]
+    x = lambda e: e["x"]
     sums = running(data, user, lambda a, e: (a[0] + e["x"], a[1] + 1), lambda e: (e["x"], 1))
     lasts = running(data, user, lambda a, e: [*a, e["x"]][-3:], lambda e: [e["x"]])
     return {

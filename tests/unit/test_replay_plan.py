@@ -16,20 +16,35 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
+from framework import TumblingWindows, WatermarkStrategy
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.errors import PipelineError
 from framework.kafka.offsets import _Log, parse_time
 from framework.pipeline import Pipeline, Topic
-from framework.replay.plan import (SMALL_RANGE, ReplayPlan, check_contract, choose_reader, definition_of,
-                                   input_stages, stage_topics, store_stages)
-from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
-from framework.replay.daemon_path.fw_local_daemon import _installed_copies, prefer_installed
 from framework.replay import submit
-from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, ClassArchive, command, package, remove_unused
+from framework.replay.daemon_path.fw_local_daemon import _installed_copies, prefer_installed
+from framework.replay.plan import (
+    SMALL_RANGE,
+    ReplayPlan,
+    check_contract,
+    choose_reader,
+    definition_of,
+    input_stages,
+    stage_topics,
+    store_stages,
+)
+from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
+from framework.replay.submit import (
+    LOCAL_DAEMON,
+    LOCAL_JIT,
+    ClassArchive,
+    command,
+    package,
+    remove_unused,
+)
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
-from framework import TumblingWindows, WatermarkStrategy
 from services.even_odd.pipeline import build_pipeline as even_odd
 
 
@@ -544,10 +559,10 @@ class _Spark:
     """What ``_Progress`` asks of the SparkContext: its conf and a status tracker (one stage, 1 of 4
     tasks done)."""
 
-    def getConf(self) -> dict[str, str]:  # noqa: N802 - pyspark's name
+    def getConf(self) -> dict[str, str]:  # pyspark's name
         return {}
 
-    def statusTracker(self) -> SimpleNamespace:  # noqa: N802 - pyspark's name
+    def statusTracker(self) -> SimpleNamespace:  # pyspark's name
         return SimpleNamespace(getActiveStageIds=lambda: [0],
                                getStageInfo=lambda _: SimpleNamespace(numCompletedTasks=1, numTasks=4))
 

@@ -8,7 +8,7 @@ import enum
 import os
 import pickle
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -31,7 +31,7 @@ def round_trip(value: Any, codec: ValueCodec = CODEC) -> Any:
     None, True, False, 0, 1, -1, 2**63 - 1, -(2**63), 2**64 - 1, 2**64, -(2**63) - 1, 10**40,
     0.0, -0.0, 1.5, float("inf"), "", "héllo ✓", b"", b"\x00\xff", (), (1,), (1, "a", None), [], [1, [2, (3,)]],
     {}, {"a": 1, 2: "b", (1, 2): [3], None: 0}, set(), {1, 2, 3}, frozenset({"x", "y"}), {frozenset({1})},
-    datetime(2026, 11, 23, 12, 30, 45, 123456), datetime(2026, 1, 1, tzinfo=timezone.utc),
+    datetime(2026, 11, 23, 12, 30, 45, 123456), datetime(2026, 1, 1, tzinfo=UTC),
     datetime(2026, 1, 1, 8, tzinfo=timezone(timedelta(hours=-5))), date(2026, 2, 28), Decimal("12.340"),
     Decimal("-1E+5"), [(1, 2), {"k": {(3, 4), (5, 6)}}, [datetime(2020, 1, 1)]],
 ])
