@@ -614,11 +614,11 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
     state = tempfile.mkdtemp(prefix="bench-state-")
     spec = launch_spec(system, workload, guarantee, ctx.bootstrap, input_topic, out_topic, group, state,
                        ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads, table_topic)
-    logf = open(ctx.logs / f"{group}.log", "w")
-    load_before = os.getloadavg()
-    t_launch = time.monotonic()
-    proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(ctx.logs / f"{group}.log", "w") as logf:  # the system writes to its own copy of the descriptor
+        load_before = os.getloadavg()
+        t_launch = time.monotonic()
+        proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     spy = None
     if profile:
         prof_file = ctx.logs / f"profile-{workload}-{guarantee}.txt"
@@ -663,7 +663,6 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
                 spy.wait(30)
             except subprocess.TimeoutExpired:
                 spy.kill()
-        logf.close()
         shutil.rmtree(state, ignore_errors=True)
     res: dict[str, Any] = {"system": system, "workload": workload, "guarantee": guarantee, "records": total,
                            "status": status, "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
@@ -768,13 +767,13 @@ def latency_run(ctx: Ctx, system: str, workload: str, guarantee: str, rate: int)
     state = tempfile.mkdtemp(prefix="bench-state-")
     spec = launch_spec(system, workload, guarantee, ctx.bootstrap, in_topic, out_topic, group, state,
                        ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads)
-    logf = open(ctx.logs / f"{group}.log", "w")
-    seen_file = ctx.logs / f"{group}.seen"
-    watcher = subprocess.Popen([PY, str(BENCH / "watch.py"), ctx.bootstrap, out_topic, str(seen_file)],
-                               stdout=subprocess.PIPE, start_new_session=True)
-    watcher.stdout.readline()  # "ready"
-    proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(ctx.logs / f"{group}.log", "w") as logf:  # the system writes to its own copy of the descriptor
+        seen_file = ctx.logs / f"{group}.seen"
+        watcher = subprocess.Popen([PY, str(BENCH / "watch.py"), ctx.bootstrap, out_topic, str(seen_file)],
+                                   stdout=subprocess.PIPE, start_new_session=True)
+        watcher.stdout.readline()  # "ready"
+        proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     tree = ProcTree(proc.pid)
     enc = Avro("event").encode
     p = Producer({"bootstrap.servers": ctx.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 1,
@@ -834,7 +833,6 @@ def latency_run(ctx: Ctx, system: str, workload: str, guarantee: str, rate: int)
         stop(proc)
         watcher.send_signal(signal.SIGTERM)
         watcher.wait(60)
-        logf.close()
         shutil.rmtree(state, ignore_errors=True)
     with open(seen_file, "rb") as f:
         seen = pickle.load(f)
@@ -960,11 +958,11 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
         "replay", "benchmarks.apps.fw_app:pipeline", "--master", master, "--reader", reader, "--output", "topic",
         "--output-suffix", suffix]
     log_path = ctx.logs / f"{group}.log"
-    logf = open(log_path, "w")
-    load_before = os.getloadavg()
-    t_launch = time.monotonic()
-    proc = subprocess.Popen(cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(log_path, "w") as logf:  # the command writes to its own copy of the descriptor
+        load_before = os.getloadavg()
+        t_launch = time.monotonic()
+        proc = subprocess.Popen(cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     tree = ProcTree(proc.pid, detail=True)
     spy, prof_file = None, ctx.logs / f"profile-replay-{workload}-{slug}.txt"
     if profile:
@@ -1007,7 +1005,6 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
                 spy.wait(60)
             except subprocess.TimeoutExpired:
                 spy.kill()
-        logf.close()
         shutil.rmtree(state, ignore_errors=True)
     by_role: Counter = Counter()
     for pid, cpu in tree.cpu.items():
@@ -1119,16 +1116,18 @@ def join_throughput(ctx: Ctx, workload: str, systems: list[str], guarantees: lis
 
 
 def machine() -> dict[str, Any]:
-    mem = next((int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal")), 0)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    with open("/proc/meminfo") as f:
+        mem = next((int(line.split()[1]) for line in f if line.startswith("MemTotal")), 0)
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
     quix = subprocess.run([QUIX_PY, "-c", "import quixstreams; print(quixstreams.__version__)"], capture_output=True,
-                          text=True).stdout.strip() if Path(QUIX_PY).exists() else None
+                          text=True, check=False).stdout.strip() if Path(QUIX_PY).exists() else None
     pom = (FLINK_DIR / "pom.xml").read_text()
     flink = "{} (Kafka connector {})".format(*(re.search(f"<{t}>(.*?)</{t}>", pom).group(1)  # type: ignore[union-attr]
                                               for t in ("flink.version", "flink.kafka.version")))
     pyflink = subprocess.run([PYFLINK_PY, "-c", "import pyflink.version; print(pyflink.version.__version__)"],
-                             capture_output=True, text=True).stdout.strip() if Path(PYFLINK_PY).exists() else None
+                             capture_output=True, text=True, check=False).stdout.strip() if Path(PYFLINK_PY).exists() else None
     import confluent_kafka
     return {"cores": os.cpu_count(), "memory_gib": round(mem / 2**20, 1), "cpu": cpu,
             "python": platform.python_version(), "java": java[0] if java else None, "kafka": "4.1.1 (KRaft, same machine)",

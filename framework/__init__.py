@@ -51,7 +51,7 @@ from framework.windows import (
     Window,
 )
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - in sorted() order, which tests/unit/test_public_api.py checks
     "AvroSerde",
     "BytesSerde",
     "CoProcessFunction",

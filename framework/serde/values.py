@@ -40,7 +40,7 @@ import msgpack
 
 from framework.errors import PipelineError
 
-__all__ = ["CustomType", "ValueCodec", "ValueSerde", "VERSION", "DEFAULT_CODEC"]
+__all__ = ["DEFAULT_CODEC", "VERSION", "CustomType", "ValueCodec", "ValueSerde"]
 
 VERSION = 1
 _VERSION_BYTE = bytes((VERSION,))

@@ -61,13 +61,13 @@ class ServiceProcess:
     def start(self, extra_env: dict[str, str] | None = None) -> ServiceProcess:
         env = {**os.environ, **self.env, "FW_STATE_DIR": str(self.state_dir), **(extra_env or {})}
         env["PYTHONPATH"] = str(ROOT)
-        log = open(self.log_path, "ab")
-        log.write(f"---- start {self.starts} {extra_env or ''}\n".encode())
-        log.flush()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "framework.cli", "run", self.target, *self.args],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-        )
+        with open(self.log_path, "ab") as log:  # the service writes to its own copy of the descriptor
+            log.write(f"---- start {self.starts} {extra_env or ''}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "framework.cli", "run", self.target, *self.args],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+            )
         self.starts += 1
         return self
 

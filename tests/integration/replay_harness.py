@@ -26,7 +26,7 @@ def fw_replay(args: list[str], env: dict[str, str], timeout_s: float = 600) -> s
     """``fw replay ...`` (or any ``fw`` command) in a subprocess, as a user runs it."""
     full = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "framework.cli", *args], env=full, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout_s)
+                          text=True, timeout=timeout_s, check=False)
 
 
 def caught_up(bootstrap: str, pipeline: Pipeline) -> Callable[[], bool]:

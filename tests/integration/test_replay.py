@@ -194,7 +194,7 @@ def test_the_first_replay_writes_the_jvms_class_archive_and_the_next_one_maps_it
     has ended with the job; later replays name it, and their JVM maps it: with ``-Xshare:on`` a JVM that cannot map it does not start."""
     case = Case("avro_numbers", avro_numbers, reader="librdkafka")
     target = f"tests.integration.pipelines:{case.target}"
-    pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
+    _pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     connector_jars()
     home = tmp_path / "home"
     home.mkdir()

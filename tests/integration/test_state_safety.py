@@ -158,7 +158,7 @@ def test_a_recreated_changelog_replaces_the_local_state(
                            for w in probe), 120, "the counts after the restart", svc.log_text)
     assert svc.stop() == 0
     counts = _counts(kafka_bootstrap, unique)
-    for w in new_counts:
-        assert counts[w] == [new_counts[w] + 1], f"{w} continues from the new changelog"
+    for w, n in new_counts.items():
+        assert counts[w] == [n + 1], f"{w} continues from the new changelog"
     assert counts["a"] == [1, 2, 3, 1] and counts["b"] == [1, 2, 3, 1], "the old local state is gone, not merged"
     assert "reflects another incarnation of its changelog" in svc.log_text()

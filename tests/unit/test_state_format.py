@@ -173,7 +173,7 @@ def test_the_layouts_mean_what_the_document_says() -> None:
     assert signatures == {("n", "aggregate"), ("spend", "window"), ("sessions", "window"), ("threes", "window"),
                           ("profile", "process"), ("join", "interval_join")}
     assert all(v["layout"] == 1 for s, k, v in entries if k == ("meta", "step"))
-    assert [v["windows"] for s, k, v in entries if k == ("meta", "step") and s == "spend"][0] == {
+    assert next(v["windows"] for s, k, v in entries if k == ("meta", "step") and s == "spend") == {
         "type": "TumblingWindows", "size_ms": 1000, "offset_ms": 0, "clock": "event"}
 
     # windows: "win" + <start + 2^63>; the accumulator is the (count, sum) tuple; kept until
@@ -195,7 +195,7 @@ def test_the_layouts_mean_what_the_document_says() -> None:
     # count windows: (records so far, the last `size` (timestamp, value) tuples, lo, hi)
     for s, k, v in entries:
         if s == "threes" and k[0] == "state":
-            n, elements, lo, hi = v
+            _n, elements, _lo, _hi = v
             assert k[1] == "count" and len(elements) <= 3 and all(isinstance(e, tuple) for e in elements)
 
     # the process function: value, list and map state, and its event timers

@@ -5,6 +5,7 @@ code chosen by the bytes."""
 from __future__ import annotations
 
 import enum
+import math
 import os
 import pickle
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ def test_bools_stay_bools_and_ints_stay_ints() -> None:
 
 def test_a_nan_round_trips() -> None:
     back = round_trip(float("nan"))
-    assert back != back
+    assert isinstance(back, float) and math.isnan(back)
 
 
 scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary()
@@ -72,7 +73,9 @@ def test_any_nesting_of_built_in_values_round_trips(value: Any) -> None:
 
 def test_the_same_set_gives_the_same_bytes() -> None:
     a = {f"k{i}" for i in range(50)}
-    b = set(reversed(sorted(a)))
+    b = set()
+    for k in sorted(a, reverse=True):  # the same members, inserted in another order
+        b.add(k)
     assert CODEC.encode(a) == CODEC.encode(b)
 
 
