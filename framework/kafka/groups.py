@@ -74,7 +74,7 @@ def held_partitions(admin: AdminClient, group: str, timeout_s: float = 10.0) -> 
     """Every partition some member of ``group`` holds now (none when the group is empty), or
     None while a rebalance is under way."""
     description = _describe(admin, group, timeout_s)
-    if description.state in (ConsumerGroupState.PREPARING_REBALANCE, ConsumerGroupState.COMPLETING_REBALANCE):
+    if description.state in (ConsumerGroupState.PREPARING_REBALANCING, ConsumerGroupState.COMPLETING_REBALANCING):
         return None
     return set().union(*(_held(m) for m in description.members))
 
