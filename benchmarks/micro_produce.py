@@ -16,6 +16,7 @@ import time
 import uuid
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -45,7 +46,8 @@ def main() -> None:
     admin.create_topics([NewTopic(topic, 4, 1)])[topic].result()
     serde = AvroSerde(schema("event"))
     parsed = fastavro.parse_schema(schema("event"))
-    recs = [{"key": f"k{i % 10_000:04d}", "value": i % 1000, "ts": 1_700_000_000_000 + i} for i in range(n)]
+    recs: list[dict[str, Any]] = [{"key": f"k{i % 10_000:04d}", "value": i % 1000, "ts": 1_700_000_000_000 + i}
+                                  for i in range(n)]
     keys = [r["key"].encode() for r in recs]
     base = {"bootstrap.servers": args.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
             "partitioner": "murmur2_random", "compression.type": "lz4", "queue.buffering.max.messages": 500_000}

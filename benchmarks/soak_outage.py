@@ -121,6 +121,7 @@ def main() -> int:
                 codes["ready"].add(_health(url + "/ready"))
                 time.sleep(0.5)
             if not svc.alive:
+                assert svc.proc is not None  # started
                 print(f"outage {seconds:.0f} s: the member exited (rc {svc.proc.poll()}) after "
                       f"{time.monotonic() - down:.0f} s", flush=True)
                 rc = 0 if args.outage_timeout_ms is not None else 1

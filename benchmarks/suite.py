@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -370,7 +370,7 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 300) -> list[tuple[b
                     out.append((m.key(), m.value(), m.timestamp()[1]))
                     eof.discard(m.partition())
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    eof.add(m.partition())
+                    eof.add(cast(int, m.partition()))  # an end-of-partition event names its partition
         return out
     finally:
         c.close()
@@ -498,9 +498,10 @@ class ProcTree:
 
     def threads(self, role: Any) -> dict[str, float]:
         """CPU seconds by ``role(command line)`` and thread name (digits dropped: pools summed)."""
-        out: Counter = Counter()
+        out: Counter[str] = Counter()
         for (p, _t), (name, cpu) in self.thread_cpu.items():
-            out[f"{role(self.cmdline.get(p, ''))}: {re.sub(r'[0-9]+', '#', name)}"] += cpu
+            part = f"{role(self.cmdline.get(p, ''))}: {re.sub(r'[0-9]+', '#', name)}"
+            out[part] += cpu  # type: ignore[assignment]  # CPU seconds: a Counter sums floats too
         return {k: round(v, 2) for k, v in out.most_common() if v >= 0.05}
 
 
@@ -771,6 +772,7 @@ def latency_run(ctx: Ctx, system: str, workload: str, guarantee: str, rate: int)
         seen_file = ctx.logs / f"{group}.seen"
         watcher = subprocess.Popen([PY, str(BENCH / "watch.py"), ctx.bootstrap, out_topic, str(seen_file)],
                                    stdout=subprocess.PIPE, start_new_session=True)
+        assert watcher.stdout is not None  # a pipe
         watcher.stdout.readline()  # "ready"
         proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -1006,9 +1008,9 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
             except subprocess.TimeoutExpired:
                 spy.kill()
         shutil.rmtree(state, ignore_errors=True)
-    by_role: Counter = Counter()
+    by_role: Counter[str] = Counter()
     for pid, cpu in tree.cpu.items():
-        by_role[_replay_role(tree.cmdline.get(pid, ""))] += cpu
+        by_role[_replay_role(tree.cmdline.get(pid, ""))] += cpu  # type: ignore[assignment]  # a Counter sums floats too
     cpu_total = max(s[1] for s in samples) if samples else None
     parsed = parse_replay_log(log_path.read_text())
     done = parsed["done"] or {}
