@@ -37,12 +37,14 @@ class _Shell:
 def _produce_one(bootstrap: str, topic: str, key: bytes, value: bytes | None, partition: int) -> int:
     """One plain (non-transactional) record, as any client allowed to write the topic could;
     returns its offset."""
-    where: list[int] = []
+    where: list[int | None] = []
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, key=key, value=value, partition=partition,
                      on_delivery=lambda err, msg: where.append(msg.offset()) if err is None else None)
     assert producer.flush(30) == 0 and where
-    return where[0]
+    offset = where[0]
+    assert offset is not None  # delivered
+    return offset
 
 
 def _counts(bootstrap: str, suffix: str) -> dict[str, list[int]]:
