@@ -23,7 +23,7 @@ from typing import Any
 
 from framework.errors import PipelineError
 from framework.pipeline import steps as S
-from framework.pipeline.functions import CoProcessFunction, ProcessFunction
+from framework.pipeline.functions import CoProcessFunction, ProcessContext, ProcessFunction
 from framework.pipeline.internal import (
     DEAD_LETTER_SUFFIX,
     TIME_STORE,
@@ -290,8 +290,10 @@ class Stream:
 
     # -- keyed state -------------------------------------------------------------------
 
-    def process(self, function: ProcessFunction, *, name: str | None = None) -> Stream:
-        """A keyed process function with value/map/list state (see ``ProcessFunction``)."""
+    def process(self, function: ProcessFunction | Callable[[Any, Any, ProcessContext], None], *,
+                name: str | None = None) -> Stream:
+        """A keyed process function with value/map/list state (see ``ProcessFunction``), or a
+        plain function ``(key, value, ctx)``."""
         return self._then(S.Process(self._n(name, "process"), (self.step,), function, self.key_serde))
 
     def aggregate(self, init: Callable[[], Any], add: Callable[[Any, Any], Any], *,
