@@ -30,6 +30,7 @@ from confluent_kafka import (
 from framework.broker.local import LocalBroker
 from framework.kafka.admin import admin_client
 from framework.kafka.logs import CLIENT_LOG
+from tests.present import present
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every client here logs through the framework's logger: librdkafka's own lines (a coordinator
@@ -45,12 +46,6 @@ class Record:
     value: bytes | None
     headers: dict[str, bytes]
     timestamp: int = 0
-
-
-def present(data: bytes | None) -> bytes:
-    """A key or value the test knows is there (None is a record without a key, or a tombstone)."""
-    assert data is not None, "a record without this key or value"
-    return data
 
 
 def located(msg: Message) -> tuple[str, int, int, dict[str, bytes]]:

@@ -43,7 +43,8 @@ def _forward(up: TestDriver, down: TestDriver, topic: str, seen: dict[int, int])
 
 
 def test_windows_downstream_fire_on_the_upstream_watermarks_and_skip_control_records() -> None:
-    up, down, seen = TestDriver(_upstream(), partitions=2), TestDriver(_downstream(), partitions=2), {}
+    up, down = TestDriver(_upstream(), partitions=2), TestDriver(_downstream(), partitions=2)
+    seen: dict[int, int] = {}
     users = [f"user-{i}" for i in range(8)]
     clicks = [(users[i % 8], i * 10_000) for i in range(40)]  # 400 s of clicks, one every 10 s
     for user, ts in clicks:

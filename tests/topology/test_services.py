@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from statistics import fmean
 from typing import Any
 
@@ -30,8 +31,9 @@ def _by_key(records: list[TestRecord]) -> dict[Any, list[Any]]:
     return dict(out)
 
 
-def _prefix_sums(xs: list[float]) -> list[float]:
-    sums, total = [], 0
+def _prefix_sums(xs: Sequence[float]) -> list[float]:
+    sums: list[float] = []
+    total: float = 0
     for x in xs:
         total += x
         sums.append(total)

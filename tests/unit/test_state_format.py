@@ -7,6 +7,7 @@ entries the service itself restores."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -38,7 +39,8 @@ def _ext(code: int, payload: bytes) -> Any:
     if code in (1, 2, 3, 8) and not payload:
         return Marker(code)
     text = payload.decode()
-    return {4: datetime.fromisoformat, 5: date.fromisoformat, 6: Decimal, 7: int}[code](text)
+    parse: dict[int, Callable[[str], Any]] = {4: datetime.fromisoformat, 5: date.fromisoformat, 6: Decimal, 7: int}
+    return parse[code](text)
 
 
 def _array(items: list[Any]) -> Any:
@@ -205,8 +207,8 @@ def test_the_layouts_mean_what_the_document_says() -> None:
     assert all(isinstance(v, list) and isinstance(v[0][1], Decimal) for (n, _, _), v in profile.items()
                if n == "recent")
     assert isinstance(profile[("kinds", "u0", b"view")]["at"], datetime)
-    timers = sorted((k[2], json.loads(k[3])) for s, k, v in entries if s == "profile" and k[0] == "timer")
-    assert timers == d.timers("profile")
+    event_timers = sorted((k[2], json.loads(k[3])) for s, k, v in entries if s == "profile" and k[0] == "timer")
+    assert event_timers == d.timers("profile")
     assert all(k[1] == "event" and v == 1 for s, k, v in entries if s == "profile" and k[0] == "timer")
 
     # the interval join: each side's (timestamp, value) tuples
