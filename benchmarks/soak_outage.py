@@ -107,7 +107,7 @@ def main() -> int:
         url = svc.endpoint()
         for seconds in args.outages:
             base = sum(out.drain())
-            wait_until(lambda: sum(out.drain()) > base + 1000,  # noqa: B023 - called only within this iteration
+            wait_until(lambda: sum(out.drain()) > base + 1000,  # noqa: B023 - called at once
                        120, "progress before the outage", svc.log_text)
             pid = broker.status().pid
             if args.graceful:
@@ -130,7 +130,7 @@ def main() -> int:
             broker.start()
             back = time.monotonic()
             before = sum(out.drain())
-            wait_until(lambda: sum(out.drain()) > before + 100 or not svc.alive,  # noqa: B023 - called only here
+            wait_until(lambda: sum(out.drain()) > before + 100 or not svc.alive,  # noqa: B023 - called at once
                        600, "progress after the outage", svc.log_text)
             if not svc.alive:
                 print(f"outage {seconds:.0f} s: the member exited (rc {svc.proc.poll()}) after the broker was back",

@@ -85,8 +85,8 @@ def parse_time(spec: str) -> int | None:
     if spec.isdigit():
         return int(spec)
     try:
-        # FURB162: fromisoformat takes a Z after a time but not after a date alone ("2026-01-01Z")
-        when = datetime.fromisoformat(spec.replace("Z", "+00:00"))  # noqa: FURB162
+        # fromisoformat takes a Z after a time but not after a date alone ("2026-01-01Z")
+        when = datetime.fromisoformat(spec.replace("Z", "+00:00"))  # noqa: FURB162 - also "2026-01-01Z"
     except ValueError:
         return None
     if when.tzinfo is None:

@@ -92,8 +92,8 @@ class IntSerde:
             return self._pack(obj)
         except struct.error as exc:
             # struct.error is neither a TypeError nor a ValueError: say which one it is.
-            if isinstance(obj, int):  # the right type, out of range (TRY004 takes it for a type check)
-                raise ValueError(f"{obj} is outside the signed 64-bit range") from exc  # noqa: TRY004
+            if isinstance(obj, int):
+                raise ValueError(f"{obj} is outside the signed 64-bit range") from exc  # noqa: TRY004 - out of range
             raise TypeError(f"IntSerde serializes int, not {type(obj).__name__}") from exc
 
     def deserialize(self, data: bytes) -> int:

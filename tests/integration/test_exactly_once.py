@@ -97,7 +97,7 @@ def test_exactly_once_one_process_killed_at_checkpoint_steps_restore_and_random(
         progress = sum(out.drain())
         _feed(kafka_bootstrap, unique, chunk, chunks)
         svc.start()
-        kill_at_random_after(svc, lambda: sum(out.drain()) > progress,  # noqa: B023 - called only within this iteration
+        kill_at_random_after(svc, lambda: sum(out.drain()) > progress,  # noqa: B023 - called at once
                              rng, "progress before a random kill")
     _feed(kafka_bootstrap, unique, 7, chunks)
     svc.start()
@@ -122,7 +122,7 @@ def test_exactly_once_two_processes_one_killed_repeatedly(kafka_bootstrap: str, 
         progress = sum(out.drain())
         _feed(kafka_bootstrap, unique, chunk, chunks)
         victim.start()
-        kill_at_random_after(victim, lambda: sum(out.drain()) > progress,  # noqa: B023 - called only within this iteration
+        kill_at_random_after(victim, lambda: sum(out.drain()) > progress,  # noqa: B023 - called at once
                              rng, "progress with both processes")
     _feed(kafka_bootstrap, unique, 5, chunks)
     victim.start()
