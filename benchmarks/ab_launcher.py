@@ -29,7 +29,7 @@ if os.environ.get("AB_CHECKOUT"):
 if os.environ.get("AB_GC"):
     gc.set_threshold(int(os.environ["AB_GC"]), 50, 1000)
 
-from framework.cli import main  # noqa: E402
+from framework.cli import main
 
 if os.environ.get("AB_FREEZE"):
     import benchmarks.apps.fw_app  # noqa: F401

@@ -39,7 +39,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -174,11 +174,12 @@ def read_all(bootstrap: str, topic: str) -> list[Any]:
     eof: set[int] = set()
     while len(eof) < PARTITIONS:
         for m in c.consume(10_000, 1.0):
-            if m.error() is None:
+            err = m.error()
+            if err is None:
                 out.append((m.key(), m.value()))
                 eof.discard(m.partition())
-            elif m.error().code() == KafkaError._PARTITION_EOF:
-                eof.add(m.partition())
+            elif err.code() == KafkaError._PARTITION_EOF:
+                eof.add(cast(int, m.partition()))  # an end-of-partition event names its partition
     c.close()
     return out
 

@@ -16,17 +16,18 @@ import time
 import uuid
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fastavro  # noqa: E402
-from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+import fastavro
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from benchmarks.common import schema  # noqa: E402
-from framework.config import Config  # noqa: E402
-from framework.kafka.clients import KafkaOutput  # noqa: E402
-from framework.serde import AvroSerde  # noqa: E402
+from benchmarks.common import schema
+from framework.config import Config
+from framework.kafka.clients import KafkaOutput
+from framework.serde import AvroSerde
 
 
 def cpu() -> float:
@@ -45,12 +46,13 @@ def main() -> None:
     admin.create_topics([NewTopic(topic, 4, 1)])[topic].result()
     serde = AvroSerde(schema("event"))
     parsed = fastavro.parse_schema(schema("event"))
-    recs = [{"key": f"k{i % 10_000:04d}", "value": i % 1000, "ts": 1_700_000_000_000 + i} for i in range(n)]
+    recs: list[dict[str, Any]] = [{"key": f"k{i % 10_000:04d}", "value": i % 1000, "ts": 1_700_000_000_000 + i}
+                                  for i in range(n)]
     keys = [r["key"].encode() for r in recs]
     base = {"bootstrap.servers": args.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
             "partitioner": "murmur2_random", "compression.type": "lz4", "queue.buffering.max.messages": 500_000}
 
-    def timed(name: str, body) -> None:  # noqa: ANN001
+    def timed(name: str, body) -> None:
         c0, t0 = cpu(), time.perf_counter()
         body()
         c1, t1 = cpu(), time.perf_counter()
@@ -83,7 +85,7 @@ def main() -> None:
         p = Producer(base)
         errors = []
 
-        def dr(err, msg):  # noqa: ANN001
+        def dr(err, msg):
             if err is not None:
                 errors.append(err)
 
@@ -97,7 +99,7 @@ def main() -> None:
     def errors_only_reports() -> None:
         errors = []
 
-        def dr(err, msg):  # noqa: ANN001
+        def dr(err, msg):
             if err is not None:
                 errors.append(err)
 

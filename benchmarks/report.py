@@ -31,6 +31,7 @@ dependencies; without it only the markdown is written).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -281,7 +282,7 @@ def supplementary(d: dict, extra: list[tuple[str, dict]]) -> list[str]:
         ref = d if same else {"throughput": []}  # another processor's rates say nothing of the main run's
         lines += table(e, "p50 / p99 / max, ms (" + ("‡ = the rate is above the system's backlog throughput in the "
                        "main run)" if same else "another processor than the main run's: no backlog throughput to "
-                       "set the rate against)"), e["latency"], lambda r, ref=ref: _lat_cell(ref, r), "p99_ms")
+                       "set the rate against)"), e["latency"], functools.partial(_lat_cell, ref), "p99_ms")
     return lines
 
 
@@ -514,6 +515,7 @@ def _ahead_targets(d: dict, json_name: str, rival: str, target: str, factor: flo
         if not (fw and theirs):
             lines.append(_row(target, w, G[g], f"no `fw-1`/`fw-n` and `{rival}` run of it", None))
             continue
+        assert other is not None  # theirs is its figure
         partial = " (partial†)" if other.get("partial") else ""
         lines.append(_row(target, w, G[g], f"{which} {fw:,} vs {theirs:,}{partial} rec/s = {fw / theirs:.2f}×",
                           fw / theirs >= factor))
@@ -590,6 +592,7 @@ def _memory_targets(d: dict) -> list[str]:
         r = lat.get((w, g, "fw-1"))
         verdict = _memory_thirds(r.get("rss_mb_series") or []) if r else None
         if verdict:
+            assert r is not None  # the verdict is its series'
             lines.append(_row(f"memory flat (fw-1, latency phase at half our max, {r.get('measured_s', 0):.0f} s; "
                               "the soak runs longer)", w, G[g], *verdict))
     return lines
@@ -625,10 +628,12 @@ def _low_row(d: dict, e: dict, w: str) -> list[str]:
     p99 = _med(r, "p99_ms")
     if p99 is None or not best:
         stands, ok = "no `fw-1` exactly-once latency and throughput run of it", None
-    elif r["rate"] * 2 < best - 1:  # the suite's rate is int(best / 2)
-        stands, ok = f"input at {r['rate']:,}/s, below half of {best:,}", None
     else:
-        stands, ok = f"fw-1 p50/p99 {_fmt(_med(r, 'p50_ms'))}/{p99:,} ms at {r['rate']:,}/s", p99 <= LOW_P99_MS
+        assert r is not None  # p99 is its figure
+        if r["rate"] * 2 < best - 1:  # the suite's rate is int(best / 2)
+            stands, ok = f"input at {r['rate']:,}/s, below half of {best:,}", None
+        else:
+            stands, ok = f"fw-1 p50/p99 {_fmt(_med(r, 'p50_ms'))}/{p99:,} ms at {r['rate']:,}/s", p99 <= LOW_P99_MS
     share = _share_of_main(d, e, w, "fw-1")
     rate = _med(tp.get((w, "exactly_once", "fw-1")), "records_per_s")
     return [_row(f"EOS p99 ≤ {LOW_P99_MS} ms at a 100 ms checkpoint, at half our max", w, "EOS", stands + beside, ok),
@@ -768,7 +773,7 @@ def _cores(r: dict) -> int | None:
 
 
 def _replay_ok(r: dict | None) -> bool:
-    return bool(r) and r.get("status") == "ok" and bool(r.get("job_records_per_s"))
+    return r is not None and r.get("status") == "ok" and bool(r.get("job_records_per_s"))
 
 
 def _scaling_bound(one: dict, cores: int) -> str:

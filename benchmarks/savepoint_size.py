@@ -91,8 +91,8 @@ def main() -> None:
     logs.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"run": run, "machine": machine(), "keys": args.keys, "command": f"fw run {APP}",
                            "loadavg_before": os.getloadavg()}
-    logf = open(logs / f"{group}.log", "w")
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(logs / f"{group}.log", "w") as logf:  # the service writes to its own copy of the descriptor
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         await_group(admin, group, proc, logf.name)
         t0 = time.monotonic()
@@ -101,7 +101,6 @@ def main() -> None:
         res.update(records=total, fill_s=round(time.monotonic() - t0, 1))
     finally:
         stop(proc)
-        logf.close()
     log(f"{total:,} keys counted in {res['fill_s']} s; the service stopped")
     fw = [PY, "-m", "framework.cli"]
     took, cpu, rss, _ = timed([*fw, "savepoint", "create", APP, "--path", str(saved)], env)

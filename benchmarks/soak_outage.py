@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from framework.broker.local import LocalBroker, free_port_pair  # noqa: E402
-from framework.kafka.admin import TopicSpec, admin_client, ensure_topics  # noqa: E402
-from tests.integration.harness import (  # noqa: E402
+from framework.broker.local import LocalBroker, free_port_pair
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+from tests.integration.harness import (
     EvenOddOutputs,
     ServiceProcess,
     even_odd_anomalies,
@@ -107,7 +107,8 @@ def main() -> int:
         url = svc.endpoint()
         for seconds in args.outages:
             base = sum(out.drain())
-            wait_until(lambda: sum(out.drain()) > base + 1000, 120, "progress before the outage", svc.log_text)
+            wait_until(lambda: sum(out.drain()) > base + 1000,  # noqa: B023 - called at once
+                       120, "progress before the outage", svc.log_text)
             pid = broker.status().pid
             if args.graceful:
                 broker.stop()
@@ -120,6 +121,7 @@ def main() -> int:
                 codes["ready"].add(_health(url + "/ready"))
                 time.sleep(0.5)
             if not svc.alive:
+                assert svc.proc is not None  # started
                 print(f"outage {seconds:.0f} s: the member exited (rc {svc.proc.poll()}) after "
                       f"{time.monotonic() - down:.0f} s", flush=True)
                 rc = 0 if args.outage_timeout_ms is not None else 1
@@ -128,8 +130,8 @@ def main() -> int:
             broker.start()
             back = time.monotonic()
             before = sum(out.drain())
-            wait_until(lambda: sum(out.drain()) > before + 100 or not svc.alive, 600, "progress after the outage",
-                       svc.log_text)
+            wait_until(lambda: sum(out.drain()) > before + 100 or not svc.alive,  # noqa: B023 - called at once
+                       600, "progress after the outage", svc.log_text)
             if not svc.alive:
                 print(f"outage {seconds:.0f} s: the member exited (rc {svc.proc.poll()}) after the broker was back",
                       flush=True)

@@ -44,21 +44,37 @@ from collections import Counter
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import fastavro  # noqa: E402
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+import fastavro
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from benchmarks.common import (  # noqa: E402
-    AVRO_DIR, BOUND_MS, GAP_MS, GUARANTEES, JOIN_DELETE_EVERY, JOIN_KEYS, JOIN_VERSIONS, JOIN_WORKLOADS, KEYS,
-    MAX_JITTER_MS, OUTPUT_SCHEMA, RECORDS_PER_2MS, SENTINEL_AHEAD_MS, SENTINEL_KEY, WINDOW_MS, WORKLOADS, keep, mapped,
+from benchmarks.common import (
+    AVRO_DIR,
+    BOUND_MS,
+    GAP_MS,
+    GUARANTEES,
+    JOIN_DELETE_EVERY,
+    JOIN_KEYS,
+    JOIN_VERSIONS,
+    JOIN_WORKLOADS,
+    KEYS,
+    MAX_JITTER_MS,
+    OUTPUT_SCHEMA,
+    RECORDS_PER_2MS,
+    SENTINEL_AHEAD_MS,
+    SENTINEL_KEY,
+    WINDOW_MS,
+    WORKLOADS,
+    keep,
+    mapped,
     schema,
 )
-from framework.config import Config  # noqa: E402
+from framework.config import Config
 
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
@@ -354,7 +370,7 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 300) -> list[tuple[b
                     out.append((m.key(), m.value(), m.timestamp()[1]))
                     eof.discard(m.partition())
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    eof.add(m.partition())
+                    eof.add(cast(int, m.partition()))  # an end-of-partition event names its partition
         return out
     finally:
         c.close()
@@ -480,11 +496,12 @@ class ProcTree:
                 except OSError:
                     continue
 
-    def threads(self, role: Any) -> dict[str, float]:  # noqa: ANN401
+    def threads(self, role: Any) -> dict[str, float]:
         """CPU seconds by ``role(command line)`` and thread name (digits dropped: pools summed)."""
-        out: Counter = Counter()
+        out: Counter[str] = Counter()
         for (p, _t), (name, cpu) in self.thread_cpu.items():
-            out[f"{role(self.cmdline.get(p, ''))}: {re.sub(r'[0-9]+', '#', name)}"] += cpu
+            part = f"{role(self.cmdline.get(p, ''))}: {re.sub(r'[0-9]+', '#', name)}"
+            out[part] += cpu  # type: ignore[assignment]  # CPU seconds: a Counter sums floats too
         return {k: round(v, 2) for k, v in out.most_common() if v >= 0.05}
 
 
@@ -598,11 +615,11 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
     state = tempfile.mkdtemp(prefix="bench-state-")
     spec = launch_spec(system, workload, guarantee, ctx.bootstrap, input_topic, out_topic, group, state,
                        ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads, table_topic)
-    logf = open(ctx.logs / f"{group}.log", "w")
-    load_before = os.getloadavg()
-    t_launch = time.monotonic()
-    proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(ctx.logs / f"{group}.log", "w") as logf:  # the system writes to its own copy of the descriptor
+        load_before = os.getloadavg()
+        t_launch = time.monotonic()
+        proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     spy = None
     if profile:
         prof_file = ctx.logs / f"profile-{workload}-{guarantee}.txt"
@@ -647,7 +664,6 @@ def throughput_run(ctx: Ctx, system: str, workload: str, guarantee: str, input_t
                 spy.wait(30)
             except subprocess.TimeoutExpired:
                 spy.kill()
-        logf.close()
         shutil.rmtree(state, ignore_errors=True)
     res: dict[str, Any] = {"system": system, "workload": workload, "guarantee": guarantee, "records": total,
                            "status": status, "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
@@ -752,13 +768,14 @@ def latency_run(ctx: Ctx, system: str, workload: str, guarantee: str, rate: int)
     state = tempfile.mkdtemp(prefix="bench-state-")
     spec = launch_spec(system, workload, guarantee, ctx.bootstrap, in_topic, out_topic, group, state,
                        ctx.args.commit_ms, ctx.cores, ctx.args.ks_threads)
-    logf = open(ctx.logs / f"{group}.log", "w")
-    seen_file = ctx.logs / f"{group}.seen"
-    watcher = subprocess.Popen([PY, str(BENCH / "watch.py"), ctx.bootstrap, out_topic, str(seen_file)],
-                               stdout=subprocess.PIPE, start_new_session=True)
-    watcher.stdout.readline()  # "ready"
-    proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(ctx.logs / f"{group}.log", "w") as logf:  # the system writes to its own copy of the descriptor
+        seen_file = ctx.logs / f"{group}.seen"
+        watcher = subprocess.Popen([PY, str(BENCH / "watch.py"), ctx.bootstrap, out_topic, str(seen_file)],
+                                   stdout=subprocess.PIPE, start_new_session=True)
+        assert watcher.stdout is not None  # a pipe
+        watcher.stdout.readline()  # "ready"
+        proc = subprocess.Popen(spec.cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     tree = ProcTree(proc.pid)
     enc = Avro("event").encode
     p = Producer({"bootstrap.servers": ctx.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 1,
@@ -818,7 +835,6 @@ def latency_run(ctx: Ctx, system: str, workload: str, guarantee: str, rate: int)
         stop(proc)
         watcher.send_signal(signal.SIGTERM)
         watcher.wait(60)
-        logf.close()
         shutil.rmtree(state, ignore_errors=True)
     with open(seen_file, "rb") as f:
         seen = pickle.load(f)
@@ -944,11 +960,11 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
         "replay", "benchmarks.apps.fw_app:pipeline", "--master", master, "--reader", reader, "--output", "topic",
         "--output-suffix", suffix]
     log_path = ctx.logs / f"{group}.log"
-    logf = open(log_path, "w")
-    load_before = os.getloadavg()
-    t_launch = time.monotonic()
-    proc = subprocess.Popen(cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(log_path, "w") as logf:  # the command writes to its own copy of the descriptor
+        load_before = os.getloadavg()
+        t_launch = time.monotonic()
+        proc = subprocess.Popen(cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     tree = ProcTree(proc.pid, detail=True)
     spy, prof_file = None, ctx.logs / f"profile-replay-{workload}-{slug}.txt"
     if profile:
@@ -991,11 +1007,10 @@ def replay_run(ctx: Ctx, workload: str, master: str, input_topic: str, total: in
                 spy.wait(60)
             except subprocess.TimeoutExpired:
                 spy.kill()
-        logf.close()
         shutil.rmtree(state, ignore_errors=True)
-    by_role: Counter = Counter()
+    by_role: Counter[str] = Counter()
     for pid, cpu in tree.cpu.items():
-        by_role[_replay_role(tree.cmdline.get(pid, ""))] += cpu
+        by_role[_replay_role(tree.cmdline.get(pid, ""))] += cpu  # type: ignore[assignment]  # a Counter sums floats too
     cpu_total = max(s[1] for s in samples) if samples else None
     parsed = parse_replay_log(log_path.read_text())
     done = parsed["done"] or {}
@@ -1062,7 +1077,7 @@ def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
         self_c[frames[-1]] += count
         for f in set(frames):
             incl[f] += count
-    pct = lambda c: round(100 * c / total, 1)  # noqa: E731
+    pct = lambda c: round(100 * c / total, 1)
     return {"samples": total,
             "self": [[f, pct(c)] for f, c in self_c.most_common(top)],
             "inclusive": [[f, pct(c)] for f, c in incl.most_common(top + 10)]}
@@ -1071,7 +1086,7 @@ def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
 # --- main -------------------------------------------------------------------------------
 
 def join_throughput(ctx: Ctx, workload: str, systems: list[str], guarantees: list[str], results: dict[str, Any],
-                    save: Any) -> None:  # noqa: ANN401
+                    save: Any) -> None:
     """j1 over its own two topics: ``--join-keys`` customers, ``--records`` orders; every
     (system, guarantee) ``--repeat`` times, in rounds, as the other workloads' live runs."""
     log(f"generating {ctx.args.join_keys:,} customers x {JOIN_VERSIONS} versions and {ctx.args.records:,} orders")
@@ -1103,16 +1118,18 @@ def join_throughput(ctx: Ctx, workload: str, systems: list[str], guarantees: lis
 
 
 def machine() -> dict[str, Any]:
-    mem = next((int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal")), 0)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    with open("/proc/meminfo") as f:
+        mem = next((int(line.split()[1]) for line in f if line.startswith("MemTotal")), 0)
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
     quix = subprocess.run([QUIX_PY, "-c", "import quixstreams; print(quixstreams.__version__)"], capture_output=True,
-                          text=True).stdout.strip() if Path(QUIX_PY).exists() else None
+                          text=True, check=False).stdout.strip() if Path(QUIX_PY).exists() else None
     pom = (FLINK_DIR / "pom.xml").read_text()
     flink = "{} (Kafka connector {})".format(*(re.search(f"<{t}>(.*?)</{t}>", pom).group(1)  # type: ignore[union-attr]
                                               for t in ("flink.version", "flink.kafka.version")))
     pyflink = subprocess.run([PYFLINK_PY, "-c", "import pyflink.version; print(pyflink.version.__version__)"],
-                             capture_output=True, text=True).stdout.strip() if Path(PYFLINK_PY).exists() else None
+                             capture_output=True, text=True, check=False).stdout.strip() if Path(PYFLINK_PY).exists() else None
     import confluent_kafka
     return {"cores": os.cpu_count(), "memory_gib": round(mem / 2**20, 1), "cpu": cpu,
             "python": platform.python_version(), "java": java[0] if java else None, "kafka": "4.1.1 (KRaft, same machine)",

@@ -34,10 +34,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import KafkaException  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
-from benchmarks.suite import (  # noqa: E402
+from benchmarks.suite import (
     BASE_TS,
     PY,
     RESULTS,
@@ -51,7 +51,7 @@ from benchmarks.suite import (  # noqa: E402
     machine,
     stop,
 )
-from framework.config import Config  # noqa: E402
+from framework.config import Config
 
 APP = "benchmarks.apps.table_app:pipeline"
 
@@ -123,10 +123,10 @@ def restart(cmd: list[str], env: dict[str, str], state: Path, log_path: Path, ti
     its start to its last ``restored <store>[p]`` line (one per partition of 4), its RSS then
     and its peak RSS."""
     subprocess.run(["rm", "-rf", str(state)], check=True)
-    logf = open(log_path, "w")
-    t0 = time.monotonic()
-    proc = subprocess.Popen([*cmd[:-1], "INFO"], env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(log_path, "w") as logf:  # the service writes to its own copy of the descriptor
+        t0 = time.monotonic()
+        proc = subprocess.Popen([*cmd[:-1], "INFO"], env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     tree = ProcTree(proc.pid)
     try:
         deadline = t0 + timeout_s
@@ -139,7 +139,6 @@ def restart(cmd: list[str], env: dict[str, str], state: Path, log_path: Path, ti
         _, rss, hwm = tree.sample()
     finally:
         stop(proc)
-        logf.close()
     return took, rss, hwm
 
 
@@ -168,9 +167,9 @@ def main() -> None:
     cmd = [PY, "-m", "framework.cli", "run", APP, "--log-level", "WARNING"]
     logs = RESULTS / "logs" / run
     logs.mkdir(parents=True, exist_ok=True)
-    logf = open(logs / f"{group}.log", "w")
-    proc = subprocess.Popen(cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(logs / f"{group}.log", "w") as logf:  # the service writes to its own copy of the descriptor
+        proc = subprocess.Popen(cmd, env=spec.env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     tree = ProcTree(proc.pid)
     res: dict[str, Any] = {"run": run, "machine": machine(), "keys": args.keys, "versions": args.versions,
                            "command": f"fw run {APP}", "loadavg_before": os.getloadavg()}
@@ -190,7 +189,6 @@ def main() -> None:
                    peak_rss_mb=round(hwm / 2**20, 1), disk_running_mb=round(du(state) / 2**20, 1))
     finally:
         stop(proc)
-        logf.close()
     res["disk_stopped_mb"] = round(du(state) / 2**20, 1)
     res.update(rebuild(cmd, spec.env, state, logs / f"{group}-rebuild.log", args.timeout))
     res["per_key_rss_bytes"] = round((res["rss_full_mb"] - res["rss_empty_mb"]) * 2**20 / args.keys)

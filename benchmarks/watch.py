@@ -34,7 +34,7 @@ def main() -> None:
                   "fetch.wait.max.ms": 10, "auto.offset.reset": "earliest"})
     md = c.list_topics(topic, timeout=30)
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions])
-    seen: list[tuple[int, int, bytes]] = []
+    seen: list[tuple[int, int, bytes | None]] = []
     print("ready", flush=True)
     while not _stop:
         msgs = c.consume(1000, 0.05)

@@ -20,8 +20,24 @@ from framework.errors import (
     SerializationError,
     StateError,
 )
-from framework.pipeline import CoProcessFunction, Pipeline, ProcessContext, ProcessFunction, Stream, Table, Topic
-from framework.serde import AvroSerde, BytesSerde, CustomType, IntSerde, JsonSerde, StringSerde, load_schema
+from framework.pipeline import (
+    CoProcessFunction,
+    Pipeline,
+    ProcessContext,
+    ProcessFunction,
+    Stream,
+    Table,
+    Topic,
+)
+from framework.serde import (
+    AvroSerde,
+    BytesSerde,
+    CustomType,
+    IntSerde,
+    JsonSerde,
+    StringSerde,
+    load_schema,
+)
 from framework.state.views import ListState, MapState, ValueState
 from framework.testing import TestDriver, TestRecord
 from framework.time import NO_WATERMARK, WatermarkStrategy
@@ -35,7 +51,7 @@ from framework.windows import (
     Window,
 )
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - in sorted() order, which tests/unit/test_public_api.py checks
     "AvroSerde",
     "BytesSerde",
     "CoProcessFunction",

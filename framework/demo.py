@@ -142,12 +142,14 @@ def _run(pipeline: Pipeline, config: Config, source: Topic, means_topic: Topic,
     last_mean: dict[str, float] = {}
     means = read_committed(bootstrap, means_topic.name, len(readings), 60.0, extra=security)
     for kb, vb in means:
+        assert kb is not None and vb is not None  # every mean has its sensor as the key
         sensor = key_de(kb)
         counts[sensor] += 1
         last_mean[sensor] = mean_de(vb)  # a partition holds a sensor's means in order
     alerts: dict[str, int] = defaultdict(int)
     alert_key_de = alerts_topic.key_serde.bind(alerts_topic.name, True).deserialize
     for kb, _vb in read_committed(bootstrap, alerts_topic.name, None, 60.0, extra=security):
+        assert kb is not None  # every alert has its sensor as the key
         alerts[alert_key_de(kb)] += 1
     yield (f"read {len(means)} means from {means_topic.name} and {sum(alerts.values())} "
            f"alerts from {alerts_topic.name} (read_committed)")
@@ -190,6 +192,7 @@ def _check_windows(config: Config, topic: Topic, readings: list[dict[str, Any]],
     value_de = topic.value_serde.bind(topic.name, False).deserialize
     fired = {}
     for kb, vb in read_committed(bootstrap, topic.name, None, 60.0, extra=security):
+        assert kb is not None and vb is not None  # every window's result has its sensor as the key
         result = value_de(vb)
         fired[(key_de(kb), result["start"])] = result["value"]
     expected = expected_window_means(readings, window_ms)

@@ -48,7 +48,8 @@ def _targets(known: Mapping[str, Path], base: str, names: list[str]) -> set[str]
     """The framework modules an import names: ``from a import b`` names ``a.b`` when that is a
     module, else ``a``."""
     found = set()
-    for name in names or [None]:
+    each: list[str | None] = [*names] or [None]  # ``import a``: no names, the module itself
+    for name in each:
         full = f"{base}.{name}" if name else base
         target = full if full in known else base if base in known else None
         if target is not None:

@@ -7,10 +7,26 @@ Run by the suite as ``python -m framework.cli run benchmarks.apps.fw_app:pipelin
 
 from __future__ import annotations
 
-from framework import AvroSerde, Pipeline, SessionWindows, StringSerde, Topic, TumblingWindows, WatermarkStrategy
-
 from benchmarks.common import (
-    BOUND_MS, GAP_MS, HISTORY_MS, OUTPUT_SCHEMA, WINDOW_MS, enrich, keep, mapped, schema, settings,
+    BOUND_MS,
+    GAP_MS,
+    HISTORY_MS,
+    OUTPUT_SCHEMA,
+    WINDOW_MS,
+    enrich,
+    keep,
+    mapped,
+    schema,
+    settings,
+)
+from framework import (
+    AvroSerde,
+    Pipeline,
+    SessionWindows,
+    StringSerde,
+    Topic,
+    TumblingWindows,
+    WatermarkStrategy,
 )
 
 
@@ -46,7 +62,7 @@ def _session_out(w: dict) -> dict:
     return w  # {"start", "end" (= last record + gap), "value": {"count", "sum"}}: the Avro schema's shape
 
 
-def join_pipeline(p: Pipeline, s) -> None:  # noqa: ANN001
+def join_pipeline(p: Pipeline, s) -> None:
     """j1: the orders joined with the customers table as of each order's time (``how="left"``:
     an order with no customer then is joined with None). Both sides on event time, so an
     order waits until the table's watermark has passed it."""

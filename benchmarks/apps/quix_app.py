@@ -23,16 +23,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from quixstreams import Application, State  # noqa: E402
-from quixstreams.dataframe.windows import aggregations as agg  # noqa: E402
-from quixstreams.models.serializers.avro import AvroDeserializer, AvroSerializer  # noqa: E402
+from quixstreams import Application, State
+from quixstreams.dataframe.windows import aggregations as agg
+from quixstreams.models.serializers.avro import AvroDeserializer, AvroSerializer
 
-from benchmarks.common import (  # noqa: E402
-    BOUND_MS, GAP_MS, HISTORY_MS, OUTPUT_SCHEMA, WINDOW_MS, enrich, keep, mapped, schema, settings,
+from benchmarks.common import (
+    BOUND_MS,
+    GAP_MS,
+    HISTORY_MS,
+    OUTPUT_SCHEMA,
+    WINDOW_MS,
+    enrich,
+    keep,
+    mapped,
+    schema,
+    settings,
 )
 
 
-def ts_of_value(value, headers, timestamp, timestamp_type) -> int:  # noqa: ANN001
+def ts_of_value(value, headers, timestamp, timestamp_type) -> int:
     return timestamp if value is None else value["ts"]  # a delete (no value): its Kafka timestamp
 
 
@@ -49,7 +58,7 @@ def session_out(w: dict) -> dict:
     return {"start": w["start"], "end": w["end"] - 1 + GAP_MS, "value": {"count": w["count"], "sum": w["sum"]}}
 
 
-def join(app: Application, s) -> None:  # noqa: ANN001
+def join(app: Application, s) -> None:
     """j1: the orders left-joined as of their time with the customers (a delete stores None,
     which ``join_asof`` treats as no match)."""
     customers = app.topic(s.table, key_deserializer="str", value_deserializer=AvroDeserializer(schema("customer")),

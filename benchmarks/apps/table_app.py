@@ -9,9 +9,8 @@ with the BENCH_* variables of ``benchmarks/common.py`` and FW_* settings.
 
 from __future__ import annotations
 
-from framework import AvroSerde, Pipeline, StringSerde, Topic
-
 from benchmarks.common import HISTORY_MS, passes_nothing, schema, settings
+from framework import AvroSerde, Pipeline, StringSerde, Topic
 
 
 def pipeline() -> Pipeline:

@@ -257,7 +257,7 @@ class LocalBroker:
             f"-Dkafka.version={KAFKA_VERSION}",
             "dependency:copy-dependencies", f"-DoutputDirectory={self.jar_dir}",
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
             raise BrokerError(f"mvn could not resolve the Kafka {KAFKA_VERSION} jars:\n{tail}")

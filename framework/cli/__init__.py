@@ -66,8 +66,8 @@ def main() -> None:
     except FrameworkError as exc:
         _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
     except Exception as exc:  # noqa: BLE001 - a client's own error, or a bug: one line still
-        said = client_failure(exc)
-        _fail(said or f"internal error {type(exc).__name__}: {exc} (FW_DEBUG=1 shows where; please report it)", 1)
+        failure = client_failure(exc)
+        _fail(failure or f"internal error {type(exc).__name__}: {exc} (FW_DEBUG=1 shows where; please report it)", 1)
 
 
 def _fail(message: str, code: int) -> None:

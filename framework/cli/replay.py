@@ -21,11 +21,32 @@ from framework.kafka.offsets import resolve_ranges
 from framework.pipeline.loading import load_pipeline
 from framework.replay import launch, ledger
 from framework.replay.order import order_checks
-from framework.replay.plan import (SMALL_RANGE, ReplayPlan, check_contract, choose_reader, definition_of,
-                                   output_topics, stage_topics, store_stages)
-from framework.replay.submit import (cache_dir, class_archive, command, connector_jars, environment, package,
-                                     remove_unused, spark_launch_home)
-from framework.runtime.topics import ensure_service_topics, producer_max_bytes, size_config, written_limits
+from framework.replay.plan import (
+    SMALL_RANGE,
+    ReplayPlan,
+    check_contract,
+    choose_reader,
+    definition_of,
+    output_topics,
+    stage_topics,
+    store_stages,
+)
+from framework.replay.submit import (
+    cache_dir,
+    class_archive,
+    command,
+    connector_jars,
+    environment,
+    package,
+    remove_unused,
+    spark_launch_home,
+)
+from framework.runtime.topics import (
+    ensure_service_topics,
+    producer_max_bytes,
+    size_config,
+    written_limits,
+)
 
 _RANGE_HELP = ("earliest, latest, committed (the service group's offsets), a time (ISO 8601 or ms since the epoch) "
                "or topic:partition:offset[,...]")

@@ -14,10 +14,22 @@ from typing import Any
 from framework.engine.context import TaskContext
 from framework.errors import PipelineError
 from framework.operators.aggregate import build_aggregate
-from framework.operators.basic import build_filter, build_flat_map, build_key_by, build_map, build_peek, build_sink
+from framework.operators.basic import (
+    build_filter,
+    build_flat_map,
+    build_key_by,
+    build_map,
+    build_peek,
+    build_sink,
+)
 from framework.operators.join import build_interval_join, build_window_join
 from framework.operators.process import build_co_process, build_process
-from framework.operators.table import build_global_join, build_table, build_table_join, build_table_table_join
+from framework.operators.table import (
+    build_global_join,
+    build_table,
+    build_table_join,
+    build_table_table_join,
+)
 from framework.operators.windows import build_window
 from framework.pipeline import steps as S
 

@@ -24,9 +24,24 @@ class TaskContext:
     the value codec, and its time: the task clock, watermark and processing-time listeners,
     counters."""
 
-    __slots__ = ("service", "partition", "output", "stores", "current", "pipeline", "time", "counters",
-                 "processing_listeners", "order", "task", "codec", "carried", "globals", "global_listeners",
-                 "timers_in_memory")
+    __slots__ = (
+        "carried",
+        "codec",
+        "counters",
+        "current",
+        "global_listeners",
+        "globals",
+        "order",
+        "output",
+        "partition",
+        "pipeline",
+        "processing_listeners",
+        "service",
+        "stores",
+        "task",
+        "time",
+        "timers_in_memory",
+    )
 
     def __init__(self, pipeline: Any, partition: int, output: Output,
                  stores: dict[str, CachedPartition], time: TaskClock, task: Any, codec: ValueCodec,

@@ -14,7 +14,7 @@ from typing import Any
 class Record:
     """One record of a topic partition, with the interface of ``confluent_kafka.Message``."""
 
-    __slots__ = ("_t", "_p", "_o", "_k", "_v", "_ts", "_h")
+    __slots__ = ("_h", "_k", "_o", "_p", "_t", "_ts", "_v")
 
     def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
                  timestamp: int, headers: Sequence[tuple[str, bytes]] | None = None) -> None:

@@ -20,7 +20,13 @@ from typing import Any
 
 from framework.engine.compile import build_step
 from framework.engine.context import InputRecord, Output, TaskContext, record_headers
-from framework.errors import DeserializationError, PipelineError, ProcessingError, RecordError, StateError
+from framework.errors import (
+    DeserializationError,
+    PipelineError,
+    ProcessingError,
+    RecordError,
+    StateError,
+)
 from framework.headers import VALUE_ENCODING, coordinates
 from framework.logs import record_fields
 from framework.pipeline import steps as S
@@ -144,7 +150,7 @@ class Task:
         kb, vb = msg.key(), msg.value()
         try:
             return (None if kb is None else kd(kb)), (None if vb is None else vd(vb))
-        except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's fault
+        except Exception as exc:  # any decoder failure is this record's fault
             raise self._undecodable(step, exc) from exc
 
     def _undecodable(self, step: str, exc: Exception) -> DeserializationError:
@@ -191,7 +197,7 @@ class Task:
             try:
                 k = None if kb is None else kd(kb)
                 v = None if vb is None else vd(vb)
-            except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's fault
+            except Exception as exc:  # any decoder failure is this record's fault
                 raise undecodable(step, exc) from exc
             ts = msg.timestamp()[1]
             if assign is not None:

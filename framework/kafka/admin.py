@@ -18,7 +18,7 @@ from framework.kafka.logs import QUIET_LOG as _PROBE_LOG
 
 def broker_answers(bootstrap: str, timeout_s: float = 2.0, extra: Mapping[str, str] | None = None) -> bool:
     """True when a broker at ``bootstrap`` answers a metadata request within ``timeout_s``."""
-    conf: dict[str, object] = {
+    conf: dict[str, Any] = {  # values of any type: a logger too
         "bootstrap.servers": bootstrap,
         "socket.connection.setup.timeout.ms": 1000,
         "logger": _PROBE_LOG,
@@ -188,5 +188,10 @@ def _time_limit(value: str | None) -> int | None:
 
 
 def admin_client(settings: Mapping[str, Any]) -> AdminClient:
-    """An AdminClient with the service's connection and security settings."""
-    return AdminClient({"logger": CLIENT_LOG, **settings})
+    """An AdminClient with the service's connection and security settings, logging to the
+    client log unless ``settings`` name another ``logger``."""
+    # dict[str, Any]: AdminClient takes a logger and callbacks, although confluent-kafka's
+    # stubs type its config values as str | int | float | bool (a dict literal is checked
+    # against that; its Consumer and Producer take Any)
+    config: dict[str, Any] = {"logger": CLIENT_LOG, **settings}
+    return AdminClient(config)

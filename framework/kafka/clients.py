@@ -306,8 +306,11 @@ class KafkaOutput:
         if err is not None:
             self._on_delivery(err, msg)
             return
-        tp = (msg.topic(), msg.partition())
-        end = msg.offset() + 1
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        # a delivered record has all three (the stubs type them Optional for error events)
+        assert topic is not None and partition is not None and offset is not None
+        tp = (topic, partition)
+        end = offset + 1
         if end > self._changelog_ends.get(tp, -1):
             self._changelog_ends[tp] = end
 
@@ -893,6 +896,14 @@ class ChangelogReader:
             self._log_end.close()
 
 
+def _offset(msg: Message) -> int:
+    """The offset of a record read without an error (confluent-kafka's stubs type it Optional:
+    an error event has none)."""
+    offset = msg.offset()
+    assert offset is not None
+    return offset
+
+
 def read_range(settings: Mapping[str, Any], group: str, topic: str, partition: int, start: int, end: int, *,
                batch: int = 10_000, stall_s: float = 120.0) -> Iterator[list[Message]]:
     """The committed records of ``topic[partition]`` from ``start`` up to ``end`` (exclusive)
@@ -929,9 +940,10 @@ def read_range(settings: Mapping[str, Any], group: str, topic: str, partition: i
                     log.warning("reading %s: %s", where, err)
             if got:
                 last_progress = time.monotonic()
-                if got[-1].offset() >= end - 1:
-                    if got[-1].offset() >= end:
-                        got = [m for m in got if m.offset() < end]
+                last = _offset(got[-1])
+                if last >= end - 1:
+                    if last >= end:
+                        got = [m for m in got if _offset(m) < end]
                     if got:
                         yield got
                     return
@@ -1014,9 +1026,13 @@ class GlobalReader:
     def catch_up(self, tps: list[TP], apply: Callable[[list[Any]], Any], timeout_s: float) -> int:
         """Read each partition to its read_committed end as of now, handing the records to
         ``apply`` in batches; returns how many were read."""
-        ends = {tp: retry_while_not_ready(
-            lambda remaining, tp=tp: self._c.get_watermark_offsets(TopicPartition(*tp), timeout=remaining),
-            timeout_s, f"global table {tp[0]}[{tp[1]}]")[1] for tp in tps}
+        def end_of(tp: TP) -> int:
+            return retry_while_not_ready(
+                lambda remaining: self._c.get_watermark_offsets(TopicPartition(*tp), timeout=remaining),
+                timeout_s, f"global table {tp[0]}[{tp[1]}]")[1]
+
+        # keyed as the messages name their partition
+        ends: dict[tuple[str | None, int | None], int] = {tp: end_of(tp) for tp in tps}
         behind = {tp for tp, end in ends.items() if end > 0}
         n = 0
         while behind:
@@ -1026,7 +1042,7 @@ class GlobalReader:
                 tp = (msg.topic(), msg.partition())
                 if err is None:
                     batch.append(msg)
-                    if msg.offset() + 1 >= ends[tp]:
+                    if _offset(msg) + 1 >= ends[tp]:
                         behind.discard(tp)
                 elif err.code() == KafkaError._PARTITION_EOF:
                     behind.discard(tp)

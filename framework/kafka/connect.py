@@ -75,8 +75,10 @@ class ClusterProbe:
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.errors: list[KafkaError] = []
-        self.admin = AdminClient({**settings, "logger": _QUIET, "error_cb": self.errors.append,
-                                  "socket.connection.setup.timeout.ms": 3000})
+        # dict[str, Any]: a logger and a callback, which confluent-kafka's stubs do not allow for
+        config: dict[str, Any] = {**settings, "logger": _QUIET, "error_cb": self.errors.append,
+                                  "socket.connection.setup.timeout.ms": 3000}
+        self.admin = AdminClient(config)
 
     def ask(self, settings: Mapping[str, Any], timeout_s: float) -> ClusterMetadata | str:
         """Metadata, or why not (a string); raises ``AccessProblem`` for refused credentials."""

@@ -18,6 +18,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from framework.errors import KafkaClientError
+from framework.kafka.admin import admin_client
 from framework.kafka.clients import retry_while_not_ready
 from framework.kafka.io import delete_topics
 from framework.kafka.logs import CLIENT_LOG
@@ -44,7 +45,7 @@ def _held(member: Any) -> set[TP]:
 
 def active_members(settings: Mapping[str, Any], group: str, timeout_s: float = 30.0) -> list[str]:
     """The members of ``group`` now (``host/client id``), empty when nobody runs the service."""
-    admin = AdminClient({"logger": CLIENT_LOG, **settings})
+    admin = admin_client(settings)
     description = _describe(admin, group, timeout_s)
     return [f"{m.host}/{m.client_id}" for m in description.members]
 
@@ -73,7 +74,7 @@ def held_partitions(admin: AdminClient, group: str, timeout_s: float = 10.0) -> 
     """Every partition some member of ``group`` holds now (none when the group is empty), or
     None while a rebalance is under way."""
     description = _describe(admin, group, timeout_s)
-    if description.state in (ConsumerGroupState.PREPARING_REBALANCE, ConsumerGroupState.COMPLETING_REBALANCE):
+    if description.state in (ConsumerGroupState.PREPARING_REBALANCING, ConsumerGroupState.COMPLETING_REBALANCING):
         return None
     return set().union(*(_held(m) for m in description.members))
 
@@ -92,7 +93,7 @@ def static_member(admin: AdminClient, group: str, instance_id: str,
 def commit_offsets(settings: Mapping[str, Any], group: str, offsets: Mapping[TP, int],
                    timeout_s: float = 30.0) -> None:
     """Set ``group``'s committed offsets (the group must have no active members)."""
-    admin = AdminClient({"logger": CLIENT_LOG, **settings})
+    admin = admin_client(settings)
     tps = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
     futures = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
                                                  request_timeout=timeout_s)
@@ -107,7 +108,7 @@ def commit_offsets(settings: Mapping[str, Any], group: str, offsets: Mapping[TP,
 
 
 def delete_group(settings: Mapping[str, Any], group: str, timeout_s: float = 30.0) -> None:
-    admin = AdminClient({"logger": CLIENT_LOG, **settings})
+    admin = admin_client(settings)
     for future in admin.delete_consumer_groups([group], request_timeout=timeout_s).values():
         try:
             future.result()
@@ -157,7 +158,7 @@ def recreate_topics(settings: Mapping[str, Any], topics: Mapping[str, tuple[int,
     if not topics:
         return
     delete_topics(settings["bootstrap.servers"], topics, extra=settings, timeout_s=timeout_s)  # missing: ignored
-    admin = AdminClient({"logger": CLIENT_LOG, **settings})
+    admin = admin_client(settings)
     deadline = time.monotonic() + timeout_s
     pending = dict(topics)
     while pending:
@@ -182,7 +183,7 @@ def remove_topics(settings: Mapping[str, Any], topics: Iterable[str], timeout_s:
     if not names:
         return
     delete_topics(settings["bootstrap.servers"], names, extra=settings, timeout_s=timeout_s)
-    admin = AdminClient({"logger": CLIENT_LOG, **settings})
+    admin = admin_client(settings)
     deadline = time.monotonic() + timeout_s
     while left := sorted(set(names) & set(admin.list_topics(timeout=timeout_s).topics)):
         if time.monotonic() > deadline:

@@ -23,10 +23,10 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
+from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic, ResourceType
 
 from framework.errors import KafkaClientError, RuntimeProblem
-from framework.kafka.admin import TopicSpec, ensure_topics, group_ids
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, group_ids
 from framework.kafka.clients import retry_while_not_ready
 from framework.kafka.connect import probe
 from framework.kafka.logs import CLIENT_LOG
@@ -101,7 +101,7 @@ class Cluster:
         self.settings, self.timeout_s = dict(settings), timeout_s
         self.bootstrap = self.settings.get("bootstrap.servers", "?")
         probe(self.settings, min(timeout_s, 6.0))  # unreachable, or the login refused: one line
-        self.admin = AdminClient({"logger": CLIENT_LOG, **self.settings, "socket.connection.setup.timeout.ms": 3000})
+        self.admin = admin_client({**self.settings, "socket.connection.setup.timeout.ms": 3000})
         self._consumer: Consumer | None = None
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -20,9 +20,9 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from framework.errors import KafkaClientError
+from framework.kafka.admin import admin_client
 from framework.kafka.clients import GONE_CHECK_S, absent_topics, no_such_topics, unknown_topic
 from framework.kafka.logs import CLIENT_LOG
 
@@ -125,7 +125,7 @@ def read_committed(
                     out.append((msg.key(), msg.value()))
                     at_end.discard(msg.partition())
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
+                    at_end.add(cast(int, msg.partition()))  # an end-of-partition event names its partition
                 elif err.fatal() or err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise KafkaClientError(f"reading {topic!r} failed: {err}")
                 # other errors are transient (the client retries); the deadline bounds them
@@ -139,7 +139,7 @@ def delete_topics(bootstrap: str, names: Iterable[str], *, extra: Mapping[str, s
     names = list(names)
     if not names:
         return
-    admin = AdminClient({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap, **(extra or {})})
+    admin = admin_client({"bootstrap.servers": bootstrap, **(extra or {})})
     for name, future in admin.delete_topics(names, operation_timeout=timeout_s).items():
         try:
             future.result()

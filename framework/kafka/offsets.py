@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -85,11 +85,12 @@ def parse_time(spec: str) -> int | None:
     if spec.isdigit():
         return int(spec)
     try:
-        when = datetime.fromisoformat(spec.replace("Z", "+00:00"))
+        # fromisoformat takes a Z after a time but not after a date alone ("2026-01-01Z")
+        when = datetime.fromisoformat(spec.replace("Z", "+00:00"))  # noqa: FURB162 - also "2026-01-01Z"
     except ValueError:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
 
 

@@ -95,7 +95,7 @@ def build_window_join(step: S.WindowJoin, ctx: TaskContext, down: S.Push) -> dic
                     continue
                 added = True
                 skey = keyed(prefix, kb) + _START.pack(start + _BIAS)
-                sides = store.get(skey) or ([], [])
+                sides: tuple[list[Any], list[Any]] = store.get(skey) or ([], [])
                 sides[i].append(v)
                 store.put(skey, sides)
                 timers.register(start + size - 1, kb)

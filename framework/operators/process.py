@@ -25,8 +25,18 @@ class TaskProcessContext:
     """What a process function sees in one task: the current key and timestamp, state, timers,
     ``emit`` (the ``ProcessContext`` interface)."""
 
-    __slots__ = ("_task", "_store", "_scope", "_down", "_clock", "_event", "_processing", "key", "timestamp",
-                 "time_domain")
+    __slots__ = (
+        "_clock",
+        "_down",
+        "_event",
+        "_processing",
+        "_scope",
+        "_store",
+        "_task",
+        "key",
+        "time_domain",
+        "timestamp",
+    )
 
     def __init__(self, task: TaskContext, step: str, down: S.Push) -> None:
         self._task = task

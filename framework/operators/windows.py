@@ -366,6 +366,7 @@ class _CountOp:
         fn = self.fn
         try:
             if self.keep_elements:  # sliding: the last `size` elements, folded when firing
+                assert self.size is not None  # count windows (global windows keep no elements)
                 acc = [*(acc or ()), (ts, v)][-self.size:]
             else:
                 acc = fn.add(fn.init() if st is None else acc, v)

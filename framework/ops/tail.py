@@ -19,15 +19,16 @@ went through, the step and the error.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from framework.engine.entries import StoreLayout
 from framework.errors import ConfigError, RecordCoordinates, described
 from framework.headers import VALUE_ENCODING, dead_letter_value
 from framework.kafka.inspect import Cluster, ReadRecord, TopicReader, close_matches
 from framework.kafka.offsets import resolve_positions
-from framework.engine.entries import StoreLayout
 from framework.ops.targets import plain, raw_bytes
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
@@ -206,10 +207,8 @@ def _dead_letter_value(letter: DeadLetter, record: ReadRecord, decoder: Decoder,
     topic = (headers.get("fw.source.topic") or b"").decode("utf-8", "replace")
     source = (decoder.sources or {}).get(topic)
     if letter.encoding == "original" and source is not None and source.entries is None:
-        try:
+        with contextlib.suppress(Exception):  # it may be dead because it does not decode: shown raw
             return plain(source.value(raw))
-        except Exception:  # noqa: BLE001 - it may be dead because it does not decode: shown raw
-            pass
     return raw_bytes(raw)
 
 

@@ -23,13 +23,24 @@ from typing import Any
 
 from framework.errors import PipelineError
 from framework.pipeline import steps as S
-from framework.pipeline.functions import CoProcessFunction, ProcessFunction
-from framework.pipeline.internal import DEAD_LETTER_SUFFIX, TIME_STORE, changelog_topic, repartition_topic
+from framework.pipeline.functions import CoProcessFunction, ProcessContext, ProcessFunction
+from framework.pipeline.internal import (
+    DEAD_LETTER_SUFFIX,
+    TIME_STORE,
+    changelog_topic,
+    repartition_topic,
+)
 from framework.serde import JsonSerde, Serde, StringSerde
 from framework.serde.keys import KeySerde
 from framework.serde.values import CustomType
 from framework.time.watermarks import WatermarkStrategy
-from framework.windows.definitions import SessionWindows, SlidingWindows, TumblingWindows, Window, WindowSpec
+from framework.windows.definitions import (
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+    Window,
+    WindowSpec,
+)
 from framework.windows.functions import WindowFunction, aggregating, full
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
@@ -238,7 +249,7 @@ class Pipeline:
 class Stream:
     """A stream of (key, value, timestamp) records inside a pipeline."""
 
-    __slots__ = ("pipeline", "step", "key_serde")
+    __slots__ = ("key_serde", "pipeline", "step")
 
     def __init__(self, pipeline: Pipeline, step: str, key_serde: Serde) -> None:
         self.pipeline, self.step, self.key_serde = pipeline, step, key_serde
@@ -279,8 +290,10 @@ class Stream:
 
     # -- keyed state -------------------------------------------------------------------
 
-    def process(self, function: ProcessFunction, *, name: str | None = None) -> Stream:
-        """A keyed process function with value/map/list state (see ``ProcessFunction``)."""
+    def process(self, function: ProcessFunction | Callable[[Any, Any, ProcessContext], None], *,
+                name: str | None = None) -> Stream:
+        """A keyed process function with value/map/list state (see ``ProcessFunction``), or a
+        plain function ``(key, value, ctx)``."""
         return self._then(S.Process(self._n(name, "process"), (self.step,), function, self.key_serde))
 
     def aggregate(self, init: Callable[[], Any], add: Callable[[Any, Any], Any], *,
@@ -447,7 +460,7 @@ class Table:
     """A keyed, versioned table inside a pipeline (``Pipeline.table``, ``Stream.as_table``):
     join streams with it (``Stream.join``), or read its changes as a stream."""
 
-    __slots__ = ("pipeline", "step", "key_serde")
+    __slots__ = ("key_serde", "pipeline", "step")
 
     def __init__(self, pipeline: Pipeline, step: str, key_serde: Serde) -> None:
         self.pipeline, self.step, self.key_serde = pipeline, step, key_serde
@@ -485,7 +498,7 @@ class GlobalTable:
     """A table every process holds whole (``Pipeline.global_table``): join streams with it
     by a key taken from each record (``Stream.join(global_table, fn, key=...)``)."""
 
-    __slots__ = ("pipeline", "step", "key_serde")
+    __slots__ = ("key_serde", "pipeline", "step")
 
     def __init__(self, pipeline: Pipeline, step: str, key_serde: Serde) -> None:
         self.pipeline, self.step, self.key_serde = pipeline, step, key_serde
@@ -514,7 +527,7 @@ def _serde_name(serde: Serde) -> str:
 class WindowedStream:
     """A keyed stream grouped into windows; one of the methods below makes it a stream again."""
 
-    __slots__ = ("stream", "windows", "lateness", "late", "early")
+    __slots__ = ("early", "late", "lateness", "stream", "windows")
 
     def __init__(self, stream: Stream, windows: WindowSpec, lateness: int, late: Topic | None,
                  early: bool) -> None:

@@ -14,7 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from framework.errors import ConfigError
-from framework.kafka.groups import active_members, commit_offsets, delete_group, end_offsets, recreate_topics
+from framework.kafka.groups import (
+    active_members,
+    commit_offsets,
+    delete_group,
+    end_offsets,
+    recreate_topics,
+)
 from framework.replay.plan import ReplayPlan
 from framework.runtime.topics import producer_max_bytes, size_config
 

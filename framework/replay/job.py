@@ -40,16 +40,23 @@ from framework.replay.daemon_path.fw_local_daemon import prefer_installed
 # compiled at install) when the zip is that package's (fw_local_daemon's docstring).
 prefer_installed(sys.path)
 
-from pyspark import RDD, SparkConf, SparkContext, StorageLevel  # noqa: E402 - after the path's fix
-from pyspark.sql import DataFrame, SparkSession, Window  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
+from pyspark import RDD, SparkConf, SparkContext, StorageLevel  # after the path's fix
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
 
-from framework.config import Config  # noqa: E402
-from framework.engine.record import Record  # noqa: E402
-from framework.errors import FrameworkError, PipelineError  # noqa: E402
-from framework.replay.order import SHOWN, OrderCheck, origin_names, planned_checks, refusal, upstream  # noqa: E402
-from framework.replay.plan import ReplayPlan, definition_of, summary  # noqa: E402
-from framework.replay.stage import Carry, Row, StageTask  # noqa: E402
+from framework.config import Config
+from framework.engine.record import Record
+from framework.errors import FrameworkError, PipelineError
+from framework.replay.order import (
+    SHOWN,
+    OrderCheck,
+    origin_names,
+    planned_checks,
+    refusal,
+    upstream,
+)
+from framework.replay.plan import ReplayPlan, definition_of, summary
+from framework.replay.stage import Carry, Row, StageTask
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -135,7 +135,7 @@ def keep(path: Path, writing: Path, cmd: Sequence[str]) -> int:
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
-        code = subprocess.run(list(cmd)).returncode
+        code = subprocess.run(list(cmd), check=False).returncode
         ClassArchive(path, writing).keep(code == 0)
     finally:
         os.close(fd)  # the lock goes with it

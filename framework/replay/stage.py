@@ -33,7 +33,13 @@ from framework.kafka.writer import ResumableWriter
 from framework.pipeline import steps as S
 from framework.pipeline.definition import TIME_STORE, Pipeline
 from framework.replay.order import check_arrivals, origin_names, planned_checks
-from framework.replay.plan import ReplayPlan, input_stages, output_topics, store_stages, stores_of_stage
+from framework.replay.plan import (
+    ReplayPlan,
+    input_stages,
+    output_topics,
+    store_stages,
+    stores_of_stage,
+)
 from framework.state.memory import MemoryBackend
 from framework.time.clock import WATERMARK_HEADER
 from framework.time.watermarks import MAX_WATERMARK, NO_WATERMARK

@@ -161,7 +161,7 @@ class Checkpointer:
                 return
             except RuntimeProblem:
                 raise  # what the cluster lacks (a topic it writes to is gone): no retry or producer helps
-            except Exception as exc:  # noqa: BLE001 - classified right here
+            except Exception as exc:  # classified right here
                 verdict = classify(exc)
                 if verdict == "fatal":
                     raise self._fatal(exc) from exc
@@ -190,7 +190,7 @@ class Checkpointer:
         if self.exactly_once:
             try:
                 self.output.abort(self.timeout_s)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 if classify(exc) == "fatal":
                     raise self._fatal(exc) from exc
                 self.break_interval(f"the abort failed: {exc}")

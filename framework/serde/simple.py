@@ -93,7 +93,7 @@ class IntSerde:
         except struct.error as exc:
             # struct.error is neither a TypeError nor a ValueError: say which one it is.
             if isinstance(obj, int):
-                raise ValueError(f"{obj} is outside the signed 64-bit range") from exc
+                raise ValueError(f"{obj} is outside the signed 64-bit range") from exc  # noqa: TRY004 - out of range
             raise TypeError(f"IntSerde serializes int, not {type(obj).__name__}") from exc
 
     def deserialize(self, data: bytes) -> int:

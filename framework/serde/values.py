@@ -40,7 +40,7 @@ import msgpack
 
 from framework.errors import PipelineError
 
-__all__ = ["CustomType", "ValueCodec", "ValueSerde", "VERSION", "DEFAULT_CODEC"]
+__all__ = ["DEFAULT_CODEC", "VERSION", "CustomType", "ValueCodec", "ValueSerde"]
 
 VERSION = 1
 _VERSION_BYTE = bytes((VERSION,))
@@ -125,7 +125,7 @@ class ValueCodec:
     process uses its own.
     """
 
-    __slots__ = ("types", "_encoders", "_decoders", "_pack")
+    __slots__ = ("_decoders", "_encoders", "_pack", "types")
 
     def __init__(self, types: Iterable[type | CustomType] = ()) -> None:
         self.types = tuple(t if isinstance(t, CustomType) else CustomType(t) for t in types)

@@ -34,7 +34,7 @@ class CachedPartition:
     is not part of it (it was not in the changelog): it stays cached for the next checkpoint.
     """
 
-    __slots__ = ("backend", "name", "_cache", "_snapshot", "_pending", "_encode", "_loads", "_absent", "_clean")
+    __slots__ = ("_absent", "_cache", "_clean", "_encode", "_loads", "_pending", "_snapshot", "backend", "name")
 
     def __init__(self, backend: StorePartition, codec: ValueCodec = DEFAULT_CODEC, name: str = "state") -> None:
         self.backend = backend

@@ -11,7 +11,7 @@ from framework.state.base import STATE_FORMAT
 class MemoryPartition:
     """A sorted in-memory key space; "durable" for the lifetime of its backend."""
 
-    __slots__ = ("_data", "_keys", "_offset", "_changelog_id", "_format")
+    __slots__ = ("_changelog_id", "_data", "_format", "_keys", "_offset")
 
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}

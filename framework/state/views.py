@@ -36,7 +36,7 @@ class KeyScope:
 class ValueState(Generic[T]):
     """One value per key."""
 
-    __slots__ = ("_store", "_scope", "_prefix", "_default", "_copy_default")
+    __slots__ = ("_copy_default", "_default", "_prefix", "_scope", "_store")
 
     def __init__(self, store: CachedPartition, scope: KeyScope, name: str, default: Any = None) -> None:
         self._store, self._scope, self._prefix, self._default = store, scope, state_prefix(name), default
@@ -80,7 +80,7 @@ class ListState(Generic[T]):
 class MapState(Generic[T]):
     """A sorted map per key: user keys are bytes or str (str is UTF-8 encoded)."""
 
-    __slots__ = ("_store", "_scope", "_prefix")
+    __slots__ = ("_prefix", "_scope", "_store")
 
     def __init__(self, store: CachedPartition, scope: KeyScope, name: str) -> None:
         self._store, self._scope, self._prefix = store, scope, state_prefix(name)

@@ -33,8 +33,20 @@ Listener = Callable[[int], None]
 class Input:
     """One input partition of a task and its watermark."""
 
-    __slots__ = ("topic", "watermark", "idle", "seen", "last_active_ms", "idle_timeout_ms",
-                 "generator", "fed", "ups", "ups_idle", "ups_n", "clocks")
+    __slots__ = (
+        "clocks",
+        "fed",
+        "generator",
+        "idle",
+        "idle_timeout_ms",
+        "last_active_ms",
+        "seen",
+        "topic",
+        "ups",
+        "ups_idle",
+        "ups_n",
+        "watermark",
+    )
 
     def __init__(self, topic: str, generator: WatermarkGenerator | None, fed: bool,
                  idle_timeout_ms: int | None) -> None:
@@ -67,7 +79,7 @@ class Input:
 class Clock:
     """The watermark of the steps fed by one set of inputs."""
 
-    __slots__ = ("inputs", "watermark", "listeners", "steps")
+    __slots__ = ("inputs", "listeners", "steps", "watermark")
 
     def __init__(self, inputs: list[Input]) -> None:
         self.inputs = inputs

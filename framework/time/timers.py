@@ -29,7 +29,7 @@ Timer = tuple[int, bytes, int]
 class TimerService:
     """Event-time or processing-time timers of one step (``domain`` names the store section)."""
 
-    __slots__ = ("_store", "_prefix", "_heap", "_live", "durable")
+    __slots__ = ("_heap", "_live", "_prefix", "_store", "durable")
 
     def __init__(self, store: CachedPartition, domain: str, *, durable: bool = True) -> None:
         self._store = store

@@ -73,9 +73,9 @@ def spark_cluster(tmp_path: Path) -> Iterator[str]:
     procs = []
 
     def start(name: str, *args: str) -> None:
-        log = open(tmp_path / f"{name}.log", "wb")
-        procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), *args], env=env, stdout=log,
-                                      stderr=subprocess.STDOUT))
+        with open(tmp_path / f"{name}.log", "wb") as log:  # the process writes to its own copy of the descriptor
+            procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), *args], env=env, stdout=log,
+                                          stderr=subprocess.STDOUT))
 
     def workers() -> int:
         try:

@@ -15,13 +15,22 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from framework.broker.local import LocalBroker
+from framework.kafka.admin import admin_client
 from framework.kafka.logs import CLIENT_LOG
+from tests.present import present
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every client here logs through the framework's logger: librdkafka's own lines (a coordinator
@@ -39,6 +48,15 @@ class Record:
     timestamp: int = 0
 
 
+def located(msg: Message) -> tuple[str, int, int, dict[str, bytes]]:
+    """The topic, partition, offset and headers of a message consumed without an error:
+    confluent-kafka's stubs type the first three Optional (an error event has none) and the
+    headers as any shape a producer may pass (a consumed message's are (name, bytes) pairs)."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None and partition is not None and offset is not None
+    return topic, partition, offset, {k: v for k, v in cast("list[tuple[str, bytes]]", msg.headers() or [])}
+
+
 class ServiceProcess:
     """One `fw run` group member; its output goes to a log file under ``workdir``."""
 
@@ -54,13 +72,13 @@ class ServiceProcess:
     def start(self, extra_env: dict[str, str] | None = None) -> ServiceProcess:
         env = {**os.environ, **self.env, "FW_STATE_DIR": str(self.state_dir), **(extra_env or {})}
         env["PYTHONPATH"] = str(ROOT)
-        log = open(self.log_path, "ab")
-        log.write(f"---- start {self.starts} {extra_env or ''}\n".encode())
-        log.flush()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "framework.cli", "run", self.target, *self.args],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-        )
+        with open(self.log_path, "ab") as log:  # the service writes to its own copy of the descriptor
+            log.write(f"---- start {self.starts} {extra_env or ''}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "framework.cli", "run", self.target, *self.args],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+            )
         self.starts += 1
         return self
 
@@ -144,7 +162,7 @@ def read_topics(bootstrap: str, topics: Iterable[str], isolation: str = "read_co
     """Every record of each of ``topics`` visible at ``isolation``, up to the end of each
     partition: one consumer for all of them."""
     names = list(dict.fromkeys(topics))
-    md = AdminClient({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    md = admin_client({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
     assignment = [TopicPartition(t, p, OFFSET_BEGINNING)
                   for t in names if t in md.topics for p in md.topics[t].partitions]
     consumer = Consumer({
@@ -166,11 +184,11 @@ def read_topics(bootstrap: str, topics: Iterable[str], isolation: str = "read_co
             err = msg.error()
             if err is not None:
                 assert err.code() == KafkaError._PARTITION_EOF, err
-                at_end.add((msg.topic(), msg.partition()))
+                at_end.add(cast("tuple[str, int]", (msg.topic(), msg.partition())))  # an EOF event names them
                 continue
-            at_end.discard((msg.topic(), msg.partition()))
-            out[msg.topic()].append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                           {k: v for k, v in (msg.headers() or [])}))
+            topic, partition, offset, headers = located(msg)
+            at_end.discard((topic, partition))
+            out[topic].append(Record(partition, offset, msg.key(), msg.value(), headers))
     consumer.close()
     return out
 
@@ -253,8 +271,8 @@ class Tail:
             msgs = self._c.consume(10_000, 0.5)
             for msg in msgs:
                 if msg.error() is None:
-                    self.records.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                               {k: v for k, v in (msg.headers() or [])}, msg.timestamp()[1]))
+                    _topic, partition, offset, headers = located(msg)
+                    self.records.append(Record(partition, offset, msg.key(), msg.value(), headers, msg.timestamp()[1]))
             if not msgs or time.monotonic() >= deadline:
                 return len(self.records)
 
@@ -290,7 +308,7 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The consumer group's committed next offset of each partition of ``topic``; 0 where it
     committed none (services start at the earliest offset)."""
 
-    md = AdminClient({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    md = admin_client({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     tps = [TopicPartition(topic, p) for p in md.topics[topic].partitions]
     from confluent_kafka import KafkaException
 
@@ -318,7 +336,7 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """The high watermark of each partition of ``topic``."""
 
-    md = AdminClient({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    md = admin_client({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     consumer = Consumer({"logger": CLIENT_LOG, "bootstrap.servers": bootstrap, "group.id": f"ends-{time.time_ns()}"})
     try:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
@@ -364,9 +382,8 @@ class Tails:
             msgs = self._c.consume(10_000, 0.5)
             for msg in msgs:
                 if msg.error() is None:
-                    headers = {k: v for k, v in (msg.headers() or [])}
-                    self.records[msg.topic()].append(
-                        Record(msg.partition(), msg.offset(), msg.key(), msg.value(), headers))
+                    topic, partition, offset, headers = located(msg)
+                    self.records[topic].append(Record(partition, offset, msg.key(), msg.value(), headers))
             if not msgs:
                 return sum(len(r) for r in self.records.values())
 
@@ -427,7 +444,7 @@ class EvenOddOutputs:
 def _sum_steps(out: EvenOddOutputs, which: str) -> list[int]:
     """What each output of the ``which`` ("even", "odd") running sum added to the one before
     (in offset order: one key, one partition)."""
-    sums = [json.loads(r.value) for r in sorted(out.sums.records, key=lambda r: r.offset)
+    sums = [json.loads(present(r.value)) for r in sorted(out.sums.records, key=lambda r: r.offset)
             if r.key == which.encode()]
     return [b - a for a, b in zip([0, *sums], sums)]
 
@@ -438,12 +455,12 @@ def check_exactly_once(out: EvenOddOutputs, n: int, keys: int) -> None:
     from tests.integration.pipelines import parity
 
     out.drain()
-    seen = [int(json.loads(r.value)) for r in out.seen.records]
+    seen = [int(json.loads(present(r.value))) for r in out.seen.records]
     assert sorted(seen) == list(range(1, n + 1)), "every input exactly once in the echo"
     per_key: dict[bytes | None, list[int]] = {}
     for r in sorted(out.counts.records, key=lambda r: (r.partition, r.offset)):
-        per_key.setdefault(r.key, []).append(json.loads(r.value))
-    expected_counts = Counter(str(i % keys).encode() for i in range(1, n + 1))
+        per_key.setdefault(r.key, []).append(json.loads(present(r.value)))
+    expected_counts: Counter[bytes | None] = Counter(str(i % keys).encode() for i in range(1, n + 1))
     assert {k: len(v) for k, v in per_key.items()} == dict(expected_counts)
     for key, counts in per_key.items():
         assert counts == list(range(1, expected_counts[key] + 1)), f"count outputs of key {key!r}"
@@ -462,10 +479,10 @@ def even_odd_anomalies(out: EvenOddOutputs, n: int, keys: int) -> dict[str, dict
     def tally(name: str, got: Counter[Any], expected: Counter[Any]) -> None:
         found[name] = {"duplicates": sum((got - expected).values()), "missing": sum((expected - got).values())}
 
-    tally("seen", Counter(int(json.loads(r.value)) for r in out.seen.records),
+    tally("seen", Counter(int(json.loads(present(r.value))) for r in out.seen.records),
           Counter(range(1, n + 1)))
     expected_per_key = Counter(str(i % keys).encode() for i in range(1, n + 1))
-    tally("counts", Counter((r.key, json.loads(r.value)) for r in out.counts.records),
+    tally("counts", Counter((r.key, json.loads(present(r.value))) for r in out.counts.records),
           Counter((k, c) for k, total in expected_per_key.items() for c in range(1, total + 1)))
     tally("sums", Counter(step for p in ("even", "odd") for step in _sum_steps(out, p)),
           Counter(range(1, n + 1)))

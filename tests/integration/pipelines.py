@@ -61,9 +61,9 @@ def single_object_purchases() -> Pipeline:
 
 # -- two_drivers: the same pipeline through the TestDriver and the Kafka runtime ------------
 
-from typing import Any  # noqa: E402 - this section was appended; the imports above are untouched
+from typing import Any  # this section was appended; the imports above are untouched
 
-from framework.pipeline import ProcessContext, ProcessFunction  # noqa: E402
+from framework.pipeline import ProcessContext, ProcessFunction
 
 SMALL_BELOW = 10  # an amount < 10 is "small"
 LARGE_ABOVE = 500  # an amount > 500 is "large"
@@ -123,7 +123,7 @@ def two_drivers() -> Pipeline:
 
 # -- event time: every window kind, a fire alarm, a fast and a slow upstream task -----------
 
-from framework import (  # noqa: E402
+from framework import (
     CountTrigger,
     CountWindows,
     GlobalWindows,
@@ -132,7 +132,7 @@ from framework import (  # noqa: E402
     TumblingWindows,
     WatermarkStrategy,
 )
-from framework.pipeline import Stream  # noqa: E402
+from framework.pipeline import Stream
 
 ET_BOUND_MS = 200  # out-of-orderness bound of the event-time sources
 ET_GROUPS = 5  # readings are regrouped (key_by) into this many groups
@@ -359,7 +359,7 @@ svc_orders_enrich = _service("orders_enrich")
 
 # -- observability: metrics, health, readiness -----------------------------------------------
 
-import time  # noqa: E402
+import time
 
 OBSERVED_BOUND_MS = 100
 
@@ -449,7 +449,7 @@ def refused_echo() -> Pipeline:
 
 # -- traced_orders: dead letters two repartition topics deep ----------------------------------
 
-from dataclasses import dataclass  # noqa: E402 - this section was appended; the imports above are untouched
+from dataclasses import dataclass  # this section was appended; the imports above are untouched
 
 
 @dataclass
@@ -484,9 +484,6 @@ def traced_orders() -> Pipeline:
         .key_by(lambda o: amount_band(o.amount), name="by-band").map(_banded, name="band") \
         .count(name="counts").to(Topic(f"to-bands-{s}"))
     return p
-
-
-from framework import WatermarkStrategy  # noqa: E402
 
 
 def _with_tier(order: dict[str, Any], customer: dict[str, Any] | None) -> dict[str, Any]:

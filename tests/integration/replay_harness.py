@@ -26,7 +26,7 @@ def fw_replay(args: list[str], env: dict[str, str], timeout_s: float = 600) -> s
     """``fw replay ...`` (or any ``fw`` command) in a subprocess, as a user runs it."""
     full = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "framework.cli", *args], env=full, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout_s)
+                          text=True, timeout=timeout_s, check=False)
 
 
 def caught_up(bootstrap: str, pipeline: Pipeline) -> Callable[[], bool]:
@@ -199,13 +199,14 @@ def compare(pipeline: Pipeline, live: Results, replayed: Results) -> list[str]:
             problems.append(f"{topic} ({kind}): live {len(records)} records {a}, replay {len(mine)} records {b}")
     buffers = _interleaved_buffers(pipeline)
     for store, entries in live.state.items():
-        mine = replayed.state[store]
-        for key in sorted(set(entries) | set(mine)):
-            a, b = entries.get(key), mine.get(key)
-            if store in buffers and isinstance(a, list) and isinstance(b, list):
-                a, b = sorted(a, key=repr), sorted(b, key=repr)  # the same elements, in an interleaving's order
-            if a != b:
-                problems.append(f"store {store} key {key!r}: live {entries.get(key)}, replay {mine.get(key)}")
+        replayed_entries = replayed.state[store]
+        for key in sorted(set(entries) | set(replayed_entries)):
+            x, y = entries.get(key), replayed_entries.get(key)
+            if store in buffers and isinstance(x, list) and isinstance(y, list):
+                x, y = sorted(x, key=repr), sorted(y, key=repr)  # the same elements, in an interleaving's order
+            if x != y:
+                problems.append(f"store {store} key {key!r}: live {entries.get(key)}, "
+                                f"replay {replayed_entries.get(key)}")
     return problems
 
 

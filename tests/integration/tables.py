@@ -19,7 +19,8 @@ Event = tuple[str, str, int, Any]  # (topic kind, key, event time, order id | cu
 def events(orders: int, customers: int, seed: int) -> list[Event]:
     """One event line: about one customer update per four orders, one update in eight a delete."""
     rng = random.Random(seed)
-    now, out, i = START, [], 0
+    now, i = START, 0
+    out: list[Event] = []
     while i < orders:
         now += rng.randint(0, 40)
         ts = now - rng.randint(0, BOUND_MS)

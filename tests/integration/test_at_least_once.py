@@ -8,9 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import ServiceProcess, wait_until
+from tests.integration.harness import ServiceProcess, present, wait_until
 from tests.integration.test_exactly_once import (
-    CRASH_POINTS, CRASH_RUN_ENV, KEYS, N, TARGET, Outputs, _create_input, _env, _even_chunks, _feed,
+    CRASH_POINTS,
+    CRASH_RUN_ENV,
+    KEYS,
+    TARGET,
+    N,
+    Outputs,
+    _create_input,
+    _env,
+    _even_chunks,
+    _feed,
 )
 
 
@@ -30,23 +39,24 @@ def test_at_least_once_loses_nothing_under_crashes(kafka_bootstrap: str, unique:
 
     def every_number_seen() -> bool:
         out.drain()
-        return len({json.loads(r.value) for r in out.seen.records}) == N
+        return len({json.loads(present(r.value)) for r in out.seen.records}) == N
 
     wait_until(every_number_seen, 300, "every input in the echo", svc.log_text)
 
     def final_counts_reached() -> bool:
         out.drain()
-        last: dict[bytes, int] = {}
+        last: dict[bytes | None, int] = {}
         for r in sorted(out.counts.records, key=lambda r: (r.partition, r.offset)):
-            last[r.key] = json.loads(r.value)
+            last[r.key] = json.loads(present(r.value))
         return len(last) == KEYS and all(last[k] >= n for k, n in expected.items())
 
     wait_until(final_counts_reached, 300, "every key counted at least as often as it occurred", svc.log_text)
     assert svc.stop() == 0
-    per_key: dict[bytes, set[int]] = {}
+    per_key: dict[bytes | None, set[int]] = {}
     for r in out.counts.records:
-        per_key.setdefault(r.key, set()).add(json.loads(r.value))
+        per_key.setdefault(r.key, set()).add(json.loads(present(r.value)))
     for key, n in expected.items():  # counts only grow by one: every value up to the true count was emitted
         assert set(range(1, n + 1)) <= per_key[key], f"count outputs of key {key!r} have a gap"
-    sums = {p: max(json.loads(r.value) for r in out.sums.records if r.key == p.encode()) for p in ("even", "odd")}
+    sums = {p: max(json.loads(present(r.value)) for r in out.sums.records if r.key == p.encode())
+            for p in ("even", "odd")}
     assert sums["even"] >= sum(range(2, N + 1, 2)) and sums["odd"] >= sum(range(1, N + 1, 2))

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from framework.replay.plan import output_topics
-from tests.integration.harness import ROOT, ServiceProcess, read_topics, wait_until
+from tests.integration.harness import ROOT, read_topics, wait_until
 from tests.integration.replay_harness import fw_replay, parquet_outputs
 from tests.integration.test_replay_parity import Case, even_odd, prepare
 

@@ -16,7 +16,7 @@ FW = [sys.executable, "-c", "from framework.cli import main; main()"]
 
 
 def _fw(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*FW, *args], capture_output=True, text=True, env=env, timeout=180)
+    return subprocess.run([*FW, *args], capture_output=True, text=True, env=env, timeout=180, check=False)
 
 
 @pytest.mark.skipif(external_bootstrap() is not None, reason="an external cluster is configured")

@@ -23,6 +23,7 @@ from framework.time.clock import WATERMARK_HEADER
 from tests.integration.harness import (
     ServiceProcess,
     kill_at_random_after,
+    present,
     produce_to_partitions,
     read_topic,
     service_env,
@@ -59,7 +60,7 @@ def test_windows_downstream_close_on_upstream_watermarks_exactly_once_across_sig
         kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
     rng = random.Random(7)
     clicks = _clicks(rng)
-    expected = Counter()
+    expected: Counter[tuple[str, int]] = Counter()
     for _, key, value in clicks:
         ts = json.loads(value)["ts"]
         expected[(key.decode(), ts - ts % CHAIN_WINDOW_MS)] += 1
@@ -71,7 +72,8 @@ def test_windows_downstream_close_on_upstream_watermarks_exactly_once_across_sig
     services += [up, down]
 
     def outputs() -> list[dict]:
-        return [json.loads(r.value) | {"key": r.key.decode()} for r in read_topic(kafka_bootstrap, out)]
+        return [json.loads(present(r.value)) | {"key": present(r.key).decode()}
+                for r in read_topic(kafka_bootstrap, out)]
 
     half = len(clicks) // 2
     produce_to_partitions(kafka_bootstrap, source, clicks[:half])

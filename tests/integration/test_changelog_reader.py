@@ -28,8 +28,11 @@ def test_end_offset_waits_for_a_partition_that_appears(kafka_bootstrap: str, uni
 
     handler = Signal()
     logging.getLogger("framework.kafka").addHandler(handler)
-    created = threading.Thread(target=lambda: asked_again.wait(60) and ensure_topics(
-        admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(topic, 1)]))
+    def create() -> None:
+        if asked_again.wait(60):
+            ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(topic, 1)])
+
+    created = threading.Thread(target=create)
     created.start()
     try:
         with caplog.at_level(logging.INFO, logger="framework.kafka"):  # the "not ready" line is INFO

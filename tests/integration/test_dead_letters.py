@@ -22,7 +22,14 @@ from click.testing import CliRunner
 from framework.cli import cli
 from framework.engine.partitioner import partition_for
 from framework.kafka.io import produce_values
-from tests.integration.harness import ROOT, Record, ServiceProcess, read_topic, service_env, wait_until
+from tests.integration.harness import (
+    ROOT,
+    Record,
+    ServiceProcess,
+    read_topic,
+    service_env,
+    wait_until,
+)
 
 TARGET = "tests.integration.pipelines:traced_orders"
 CHECK_FIX = "Fix: fix the step's function or the input (with on_error=dead_letter the record goes to the " \

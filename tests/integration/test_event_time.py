@@ -45,6 +45,7 @@ from tests.integration.harness import (
     committed_offsets,
     committed_timers,
     end_offsets,
+    present,
     produce_to_partitions,
     read_topic,
     service_env,
@@ -238,7 +239,7 @@ def test_fire_alarm_timer_pending_at_a_crash_fires_once_after_restart(
 
     def outputs() -> list[dict[str, Any]]:
         out.drain()
-        return [json.loads(r.value) for r in out.records[f"fa-out-{unique}"]]
+        return [json.loads(present(r.value)) for r in out.records[f"fa-out-{unique}"]]
 
     t0 = 1_000_000_000
     send((hot, "temperature", t0, 80), (smoky, "temperature", t0 + 1_000, 75), (cold, "temperature", t0, 20))

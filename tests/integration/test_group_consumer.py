@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from framework.kafka.clients import TP, GroupConsumer
-from tests.integration.harness import produce_to_partitions, wait_until
+from tests.integration.harness import located, present, produce_to_partitions, wait_until
 
 
 def _consume_until(members: list[GroupConsumer], read: dict[TP, list[bytes]], done: Callable[[], bool],
@@ -19,7 +19,8 @@ def _consume_until(members: list[GroupConsumer], read: dict[TP, list[bytes]], do
         for member in members:
             for msg in member.consume(100, 0.05):
                 if msg.error() is None:
-                    read.setdefault((msg.topic(), msg.partition()), []).append(msg.value())
+                    topic, partition, _, _ = located(msg)
+                    read.setdefault((topic, partition), []).append(present(msg.value()))
         return done()
 
     wait_until(polled, 60, what, lambda: f"read {read}")

@@ -18,7 +18,14 @@ from click.testing import CliRunner, Result
 from framework.cli import cli
 from framework.kafka.io import produce_values
 from framework.serde import AvroSerde, load_schema
-from tests.integration.harness import ROOT, ServiceProcess, read_topic, service_env, wait_until
+from tests.integration.harness import (
+    ROOT,
+    ServiceProcess,
+    present,
+    read_topic,
+    service_env,
+    wait_until,
+)
 
 TARGET = "tests.integration.pipelines:even_odd"  # JSON numbers -> sums by parity (key_by), counts by key
 
@@ -128,4 +135,4 @@ def _get(env: dict[str, str], store: str, key: str) -> tuple[str, Any]:
 
 
 def _last_sums(bootstrap: str, suffix: str) -> dict[str, int]:
-    return {r.key.decode(): json.loads(r.value) for r in read_topic(bootstrap, f"sums-{suffix}") if r.key}
+    return {r.key.decode(): json.loads(present(r.value)) for r in read_topic(bootstrap, f"sums-{suffix}") if r.key}

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
 from framework.serde import AvroSerde, load_schema
-from tests.integration.harness import ServiceProcess, Tail, read_topic, wait_until
+from tests.integration.harness import ServiceProcess, Tail, present, read_topic, wait_until
 
 TARGET = "tests.integration.pipelines:avro_numbers"
 N = 20_000
@@ -154,7 +154,7 @@ def test_malformed_avro_goes_to_dead_letters_and_service_never_restarts(
     log = svc.log_text()
 
     # Echo: every good number exactly once, with its key; nothing else.
-    echoed = Counter((r.key, json.loads(r.value)) for r in read_topic(kafka_bootstrap, seen_topic))
+    echoed = Counter((r.key, json.loads(present(r.value))) for r in read_topic(kafka_bootstrap, seen_topic))
     expected_echo = Counter((k, _number(i)) for i, (k, _, malformed) in enumerate(inputs) if not malformed)
     assert echoed == expected_echo
 
@@ -180,10 +180,10 @@ def test_malformed_avro_goes_to_dead_letters_and_service_never_restarts(
     assert sorted(coordinates) == sorted(bad_at), "each malformed record dead-lettered exactly once"
 
     # Per-key counts count the good records only, each once, in order.
-    per_key: dict[bytes, list[int]] = {}
+    per_key: dict[bytes | None, list[int]] = {}
     for r in sorted(read_topic(kafka_bootstrap, counts_topic), key=lambda r: (r.partition, r.offset)):
-        per_key.setdefault(r.key, []).append(json.loads(r.value))
-    good_per_key = Counter(k for k, _, malformed in inputs if not malformed)
+        per_key.setdefault(r.key, []).append(json.loads(present(r.value)))
+    good_per_key: Counter[bytes | None] = Counter(k for k, _, malformed in inputs if not malformed)
     assert {k: v[-1] for k, v in per_key.items()} == dict(good_per_key)
     assert all(v == list(range(1, good_per_key[k] + 1)) for k, v in per_key.items())
 

@@ -194,7 +194,7 @@ def test_the_first_replay_writes_the_jvms_class_archive_and_the_next_one_maps_it
     has ended with the job; later replays name it, and their JVM maps it: with ``-Xshare:on`` a JVM that cannot map it does not start."""
     case = Case("avro_numbers", avro_numbers, reader="librdkafka")
     target = f"tests.integration.pipelines:{case.target}"
-    pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
+    _pipeline, env = prepare(case, kafka_bootstrap, unique, monkeypatch)
     connector_jars()
     home = tmp_path / "home"
     home.mkdir()
@@ -332,7 +332,7 @@ def test_the_same_numbers_keyed_upstream_replay_as_the_live_run(kafka_bootstrap:
                       "topic", "--output-suffix", "-keyed"], env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert re.search(r"^\[replay\] checked the order of sums: each key from one upstream partition \(\d+\.\d s\)$",
-                     done.stdout, re.M), done.stdout
+                     done.stdout, re.MULTILINE), done.stdout
     replayed = results(kafka_bootstrap, pipeline, "-keyed")
     assert_same(pipeline, live, Results(replayed.outputs, live.state))
     sums = f"sums-{unique}"

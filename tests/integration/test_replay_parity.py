@@ -31,9 +31,9 @@ POISON = [b"\xff\xfe not json nor avro", b"\x00", b"{\"truncated\":"]
 POISON_HEADERS = [("origin", b"\x00\xffsensor-7"), ("trace", None)]
 
 
-def _json(rows: list[tuple[str, dict]], partitions: int, rng: random.Random) -> list[tuple[int, bytes, bytes]]:
+def _json(rows: list[tuple[str, Any]], partitions: int, rng: random.Random) -> list[tuple[Any, ...]]:
     """Keyed JSON records in their key's partition, with a poison record here and there."""
-    out = []
+    out: list[tuple[Any, ...]] = []
     for i, (key, value) in enumerate(rows):
         p = partition_for(key.encode(), partitions)
         out.append((p, key.encode(), json.dumps(value).encode()))
@@ -56,7 +56,8 @@ def _timeline(n: int, bound: int, seed: int, start: int = 1_700_000_000_000, ste
 def even_odd_service(s: str) -> History:
     serde = AvroSerde(load_schema("demo.Number"))
     rows = [(str(n % 10), n) for n in range(1, 401)]
-    out = [(partition_for(k.encode(), 4), k.encode(), serde.serialize({"n": n})) for k, n in rows]
+    out: list[tuple[Any, ...]] = [(partition_for(k.encode(), 4), k.encode(), serde.serialize({"n": n}))
+                                  for k, n in rows]
     out[50:50] = [(partition_for(b"3", 4), b"3", POISON[0], POISON_HEADERS)]
     return {f"numbers-{s}": out}
 
@@ -122,8 +123,8 @@ def even_odd(s: str) -> History:
 
 def avro_numbers(s: str) -> History:
     serde = AvroSerde(load_schema("demo.Number"))
-    out = [(partition_for(str(i % 9).encode(), 4), str(i % 9).encode(), serde.serialize({"n": i * 7}))
-           for i in range(300)]
+    out: list[tuple[Any, ...]] = [(partition_for(str(i % 9).encode(), 4), str(i % 9).encode(),
+                                   serde.serialize({"n": i * 7})) for i in range(300)]
     out[33:33] = [(partition_for(b"x", 4), b"x", b"\xff\xff\xff", POISON_HEADERS)]
     return {f"avro-numbers-{s}": out}
 
@@ -242,8 +243,8 @@ def prepare(case: Case, bootstrap: str, suffix: str, monkeypatch: pytest.MonkeyP
 def produce_history(case: Case, bootstrap: str, suffix: str, pipelines: list[Pipeline], part: slice) -> None:
     """``part`` of each source topic's history (the pipelines' sources created first)."""
     admin = admin_client({"bootstrap.servers": bootstrap})
-    counts = {s.topic.name: s.topic.partitions or p.default_partitions for p in pipelines
-              for s in [*p.sources(), *p.global_tables()]}
+    counts = {t.name: t.partitions or p.default_partitions for p in pipelines
+              for t in [s.topic for s in p.sources()] + [g.topic for g in p.global_tables()]}
     ensure_topics(admin, [TopicSpec(t, n) for t, n in counts.items()])
     for topic, records in case.history(suffix).items():
         produce_to_partitions(bootstrap, topic, records[part])

@@ -150,8 +150,10 @@ def test_services_whose_names_share_a_prefix_do_not_touch_each_others_state(
     for target, name in ((SHORT, short), (LONG, long)):
         svc = procs[target]
         svc.start({"FW_STATE_DIR": str(state)})
-        wait_until(lambda n=name: len(read_topic(kafka_bootstrap, f"{n}-out")) == N, 120, f"{name}'s outputs",
-                   svc.log_text)
+        def written(n: str = name) -> bool:
+            return len(read_topic(kafka_bootstrap, f"{n}-out")) == N
+
+        wait_until(written, 120, f"{name}'s outputs", svc.log_text)
         assert svc.stop() == 0
 
     again = procs[SHORT].start({"FW_STATE_DIR": str(state)})  # sees sh-...-enrich-counts-changelog

@@ -265,8 +265,11 @@ def test_a_savepoint_of_the_running_service_holds_its_members_at_one_checkpoint_
     wait_until(lambda: len(out.totals()) == len(a) and settled(), 180, "the totals of A, both members running",
                lambda: members[0].log_text())
 
-    writer = threading.Thread(target=lambda: [_produce(kafka_bootstrap, source, b[i:i + 20])
-                                              for i in range(0, len(b), 20)])
+    def write_b() -> None:
+        for i in range(0, len(b), 20):
+            _produce(kafka_bootstrap, source, b[i:i + 20])
+
+    writer = threading.Thread(target=write_b)
     writer.start()
     wait_until(lambda: len(out.totals()) > len(a) + 100, 180, "some of B processed", lambda: members[0].log_text())
     made = fw_json(env, "savepoint", "create", V1, "--path", str(tmp_path / "sp"))

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from framework.broker.local import LocalBroker, free_port_pair
 from framework.kafka.acl import Grant, grant, upsert_scram_user
 from framework.runtime.topics import service_grants
-from tests.integration.harness import ServiceProcess, service_env, wait_until
+from tests.integration.harness import ServiceProcess, present, service_env, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests.integration.pipelines:even_odd"
@@ -70,7 +70,7 @@ def _fw(env: dict[str, str], *args: str, timeout_s: float = 120) -> subprocess.C
                           timeout=timeout_s, check=False)
 
 
-def _pipeline(unique: str):  # noqa: ANN202 - the test pipeline, built under the test's suffix
+def _pipeline(unique: str):  # the test pipeline, built under the test's suffix
     with mock.patch.dict(os.environ, {"FW_TEST_SUFFIX": unique}):
         from tests.integration.pipelines import even_odd
 
@@ -84,12 +84,13 @@ def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
     return errors[0]
 
 
-def _read_committed(settings: dict[str, str], topic: str) -> list[tuple[bytes, bytes]]:
+def _read_committed(settings: dict[str, str], topic: str) -> list[tuple[bytes | None, bytes | None]]:
     c = Consumer({**settings, "group.id": "audit", "enable.auto.commit": False, "isolation.level": "read_committed",
                   "enable.partition.eof": True})
     parts = c.list_topics(topic, timeout=10).topics[topic].partitions
     c.assign([TopicPartition(topic, p, 0) for p in parts])
-    out, done = [], set()
+    out: list[tuple[bytes | None, bytes | None]] = []
+    done: set[int | None] = set()
     while len(done) < len(parts):
         for m in c.consume(500, 1.0):
             if m.error():
@@ -123,11 +124,11 @@ def test_a_granted_service_runs_exactly_once_over_sasl_ssl(secured: LocalBroker,
 
     wait_until(all_seen, 120, f"{N} records on seen-{unique}", svc.log_text)
     assert svc.stop() == 0
-    seen = sorted(json.loads(v) for _, v in _read_committed(admin, f"seen-{unique}"))
+    seen = sorted(json.loads(present(v)) for _, v in _read_committed(admin, f"seen-{unique}"))
     assert seen == list(range(N))  # each exactly once
-    sums: dict[bytes, int] = {}
+    sums: dict[bytes | None, int] = {}
     for k, v in _read_committed(admin, f"sums-{unique}"):
-        sums[k] = json.loads(v)  # per key, in order: the last is the final sum
+        sums[k] = json.loads(present(v))  # per key, in order: the last is the final sum
     assert sums == {b"even": sum(range(0, N, 2)), b"odd": sum(range(1, N, 2))}
     assert password not in svc.log_text()
     assert password not in granted.stdout + granted.stderr
@@ -137,8 +138,8 @@ def test_a_granted_service_runs_exactly_once_over_sasl_ssl(secured: LocalBroker,
     replayed = _fw(admin_env, "replay", TARGET, "--allow-nondeterministic", "--reader", "spark", "--master",
                    "local[1]", "--output", "topic", "--output-suffix", "-rp", timeout_s=600)
     assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
-    assert sorted(json.loads(v) for _, v in _read_committed(admin, f"seen-{unique}-rp")) == list(range(N))
-    replayed_sums = {k: json.loads(v) for k, v in _read_committed(admin, f"sums-{unique}-rp")}
+    assert sorted(json.loads(present(v)) for _, v in _read_committed(admin, f"seen-{unique}-rp")) == list(range(N))
+    replayed_sums = {k: json.loads(present(v)) for k, v in _read_committed(admin, f"sums-{unique}-rp")}
     assert replayed_sums == sums
     assert secured.client_settings()["sasl.password"] not in replayed.stdout + replayed.stderr
 
@@ -164,7 +165,7 @@ def test_a_missing_grant_stops_the_service_with_one_line_naming_it(
         missing = Grant("topic", f"sums-{unique}", "write")
         # it may see the topic (Describe), as is common, but not write it
         grants = [g for g in grants if g != missing] + [Grant("topic", f"sums-{unique}", "describe")]
-        expected = ("missing WRITE on topic", f"sums-{unique}",
+        expected: tuple[str, ...] = ("missing WRITE on topic", f"sums-{unique}",
                     f"kafka-acls --add --allow-principal User:{user} --operation Write --topic sums-{unique}")
     else:
         grants = [g for g in grants if g.resource != "transactional-id"]

@@ -37,12 +37,14 @@ class _Shell:
 def _produce_one(bootstrap: str, topic: str, key: bytes, value: bytes | None, partition: int) -> int:
     """One plain (non-transactional) record, as any client allowed to write the topic could;
     returns its offset."""
-    where: list[int] = []
+    where: list[int | None] = []
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, key=key, value=value, partition=partition,
                      on_delivery=lambda err, msg: where.append(msg.offset()) if err is None else None)
     assert producer.flush(30) == 0 and where
-    return where[0]
+    offset = where[0]
+    assert offset is not None  # delivered
+    return offset
 
 
 def _counts(bootstrap: str, suffix: str) -> dict[str, list[int]]:
@@ -158,7 +160,7 @@ def test_a_recreated_changelog_replaces_the_local_state(
                            for w in probe), 120, "the counts after the restart", svc.log_text)
     assert svc.stop() == 0
     counts = _counts(kafka_bootstrap, unique)
-    for w in new_counts:
-        assert counts[w] == [new_counts[w] + 1], f"{w} continues from the new changelog"
+    for w, n in new_counts.items():
+        assert counts[w] == [n + 1], f"{w} continues from the new changelog"
     assert counts["a"] == [1, 2, 3, 1] and counts["b"] == [1, 2, 3, 1], "the old local state is gone, not merged"
     assert "reflects another incarnation of its changelog" in svc.log_text()

@@ -7,10 +7,12 @@ records live. A global-table join with two members, and a two-table join, killed
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from tests.integration.harness import (
     end_offsets,
     get_json,
     kill_at_random_after,
+    present,
     produce_to_partitions,
     read_topic,
     service_env,
@@ -37,6 +40,11 @@ from tests.integration.test_ops_cli import fw_json
 from tests.integration.test_savepoint_with_spark import fw_spark, manifest, rows
 
 TARGET = "tests.integration.pipelines:enriched_orders"
+
+
+def _grown(out: Tail, progress: int) -> Callable[[], bool]:
+    """Whether ``out`` holds more than ``progress`` records (``progress`` as of now)."""
+    return lambda: out.drain() > progress
 
 
 def test_a_join_killed_at_random_moments_joins_every_order_once_as_of_its_time(
@@ -60,11 +68,11 @@ def test_a_join_killed_at_random_moments_joins_every_order_once_as_of_its_time(
         progress = out.drain()
         svc.start()
         if c < chunks - 1:
-            kill_at_random_after(svc, lambda p=progress: out.drain() > p, rng, "joins before a random kill")
+            kill_at_random_after(svc, _grown(out, progress), rng, "joins before a random kill")
     total = sum(want.values())
     wait_until(lambda: out.drain() >= total, 300, f"{total} joined orders", svc.log_text)
     assert svc.stop() == 0
-    got = [(r.key.decode(), json.loads(r.value)) for r in out.records]
+    got = [(present(r.key).decode(), json.loads(present(r.value))) for r in out.records]
     assert sorted((k, v["id"], v["tier"]) for k, v in got) == sorted(want.elements())
     out.close()
     # the table has no changelog: the lost disk's table came back from its own topic
@@ -112,7 +120,7 @@ def test_two_members_each_hold_the_whole_global_table_and_join_by_the_records_sk
             shutil.rmtree(victim.state_dir, ignore_errors=True)
         victim.start()
         if c < chunks - 1:
-            kill_at_random_after(victim, lambda p=progress: out.drain() > p, rng, "prices before a random kill")
+            kill_at_random_after(victim, _grown(out, progress), rng, "prices before a random kill")
     wait_until(lambda: out.drain() >= len(want), 300, f"{len(want)} priced orders",
                lambda: stable.log_text()[-3000:] + victim.log_text()[-3000:])
     sku = evs[0][1]
@@ -129,9 +137,9 @@ def test_two_members_each_hold_the_whole_global_table_and_join_by_the_records_sk
         return code == 200 and body["source"] == "global" and [e["value"] for e in body["entries"]] == [want_versions]
 
     for member in (stable, victim):
-        wait_until(lambda m=member: answers(m), 60, f"{member.instance}'s copy of product {sku}")
+        wait_until(functools.partial(answers, member), 60, f"{member.instance}'s copy of product {sku}")
     assert stable.stop() == 0 and victim.stop() == 0
-    got = sorted((json.loads(r.value)["id"], json.loads(r.value)["price"]) for r in out.records)
+    got = sorted((json.loads(present(r.value))["id"], json.loads(present(r.value))["price"]) for r in out.records)
     assert got == want
     assert "global tables products: read" in victim.log_text()
     out.close()
@@ -158,7 +166,7 @@ def test_two_tables_joined_by_a_member_killed_at_random_moments_hold_the_join_of
         progress = out.drain()
         svc.start()
         if c < chunks - 1:
-            kill_at_random_after(svc, lambda p=progress: out.drain() > p, rng, "joins before a random kill")
+            kill_at_random_after(svc, _grown(out, progress), rng, "joins before a random kill")
     times = {(k, ts) for _, k, ts, _ in evs}
     last: dict[tuple[str, int], Any] = {}  # the last value written for each key and time
 
@@ -167,7 +175,7 @@ def test_two_tables_joined_by_a_member_killed_at_random_moments_hold_the_join_of
     def complete() -> bool:
         out.drain()
         for r in out.records[read[0]:]:
-            last[(r.key.decode(), r.timestamp)] = None if r.value is None else json.loads(r.value)
+            last[(present(r.key).decode(), r.timestamp)] = None if r.value is None else json.loads(r.value)
         read[0] = len(out.records)
         return times <= set(last)
 
@@ -239,7 +247,7 @@ def test_a_standby_copies_a_table_from_its_topic_as_far_as_committed_and_takes_o
     out = Tail(kafka_bootstrap, f"eno-out-{unique}")
     total = sum(want.values())
     wait_until(lambda: out.drain() >= total, 300, f"{total} joined orders", lambda: survivor.log_text()[-3000:])
-    got = [(r.key.decode(), json.loads(r.value)) for r in out.records]
+    got = [(present(r.key).decode(), json.loads(present(r.value))) for r in out.records]
     assert sorted((k, v["id"], v["tier"]) for k, v in got) == sorted(want.elements())
     out.close()
     assert survivor.stop() == 0
@@ -292,6 +300,7 @@ def test_a_savepoint_keeps_a_table_read_from_its_topic_and_a_rollback_rebuilds_i
     run(2)
     got = [r for r in read_topic(kafka_bootstrap, out)
            if r.offset < kept.get(r.partition, 0) or r.offset >= back.get(r.partition, 0)]
-    assert sorted((r.key.decode(), *(json.loads(r.value)[f] for f in ("id", "tier"))) for r in got) == \
+    assert sorted((present(r.key).decode(), *(json.loads(present(r.value))[f] for f in ("id", "tier")))
+                  for r in got) == \
         sorted(want.elements())
 

@@ -8,7 +8,7 @@ from confluent_kafka.admin import AdminClient
 from framework.kafka.admin import TopicSpec, ensure_topics
 
 
-def _read_all(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
+def _read_all(bootstrap: str, topic: str, isolation: str) -> list[bytes | None]:
     """Every value visible at ``isolation``, up to the end of the partition."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"reader-{topic}-{isolation}",
@@ -16,12 +16,13 @@ def _read_all(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
         "enable.partition.eof": True,
     })
     consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
+    values: list[bytes | None] = []
     while True:
         msg = consumer.poll(10.0)
         assert msg is not None, "neither a record nor end-of-partition within 10 s"
-        if msg.error() is not None:
-            assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+        err = msg.error()
+        if err is not None:
+            assert err.code() == KafkaError._PARTITION_EOF, err
             break
         values.append(msg.value())
     consumer.close()

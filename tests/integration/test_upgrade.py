@@ -15,9 +15,21 @@ from pathlib import Path
 import pytest
 
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
-from tests.integration.harness import ServiceProcess, produce_to_partitions, read_topic, service_env, wait_until
+from tests.integration.harness import (
+    ServiceProcess,
+    produce_to_partitions,
+    read_topic,
+    service_env,
+    wait_until,
+)
 from tests.integration.pipelines import upgrade_v1, upgrade_v2
-from tests.integration.test_event_time import Feed, _committed, _expected, _per_key, _source_caught_up
+from tests.integration.test_event_time import (
+    Feed,
+    _committed,
+    _expected,
+    _per_key,
+    _source_caught_up,
+)
 
 Input = tuple[int, str, dict[str, object]]
 

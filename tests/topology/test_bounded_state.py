@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
+from typing import Any
 
 from framework import IntSerde, Pipeline, TestDriver, Topic, TumblingWindows, WatermarkStrategy
 
@@ -60,7 +61,7 @@ def test_the_window_store_holds_only_open_windows_and_closed_ones_are_right() ->
     d.advance_watermark(10**12)
     d.checkpoint()
     assert d.state_sizes()["w"] == 0 and d.timers("w") == []
-    got = Counter()
+    got: Counter[tuple[Any, int]] = Counter()
     for r in d.output("counts"):
         assert r.timestamp == r.value["end"] - 1
         got[(r.key, r.value["start"])] += r.value["value"]

@@ -3,7 +3,15 @@ records that a downstream service reads with ``WatermarkStrategy.from_upstream()
 
 from __future__ import annotations
 
-from framework import JsonSerde, Pipeline, StringSerde, TestDriver, Topic, TumblingWindows, WatermarkStrategy
+from framework import (
+    JsonSerde,
+    Pipeline,
+    StringSerde,
+    TestDriver,
+    Topic,
+    TumblingWindows,
+    WatermarkStrategy,
+)
 from framework.engine.partitioner import partition_for
 
 MIN = 60_000
@@ -35,7 +43,8 @@ def _forward(up: TestDriver, down: TestDriver, topic: str, seen: dict[int, int])
 
 
 def test_windows_downstream_fire_on_the_upstream_watermarks_and_skip_control_records() -> None:
-    up, down, seen = TestDriver(_upstream(), partitions=2), TestDriver(_downstream(), partitions=2), {}
+    up, down = TestDriver(_upstream(), partitions=2), TestDriver(_downstream(), partitions=2)
+    seen: dict[int, int] = {}
     users = [f"user-{i}" for i in range(8)]
     clicks = [(users[i % 8], i * 10_000) for i in range(40)]  # 400 s of clicks, one every 10 s
     for user, ts in clicks:

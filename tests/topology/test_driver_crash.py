@@ -60,7 +60,7 @@ KEYED_OUTPUTS = ["counts", "totals", "recent", "parity"]
 
 def records(n: int, seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
-    out = []
+    out: list[dict[str, Any]] = []
     for i in range(n):
         if rng.random() < 0.04:
             out.append({"i": i, "bad": True})  # no "user": key_by raises -> dead letter
@@ -269,7 +269,7 @@ def test_a_crash_rebuilds_every_store_partition_from_its_changelog(partitions: i
 
 
 def test_dead_letters_of_the_aborted_interval_are_written_once() -> None:
-    recs = [{"i": 0, "user": "a", "x": 1}, {"i": 1, "bad": True}, {"i": 2, "user": "a", "x": 2}]
+    recs: list[dict[str, Any]] = [{"i": 0, "user": "a", "x": 1}, {"i": 1, "bad": True}, {"i": 2, "user": "a", "x": 2}]
     d = TestDriver(build(), auto_checkpoint=False)
     pipe(d, recs[:1])
     drain(d)

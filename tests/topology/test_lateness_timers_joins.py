@@ -118,7 +118,8 @@ def simulate_lateness(rows: list[tuple[str, int]], size: int, slide: int, bound:
     """Flink's rules, record by record: a record joins each window whose cleanup time
     ``end - 1 + L`` is after the watermark, re-emitting those already fired; a window fires
     when the watermark reaches ``end - 1``; the watermark is max timestamp - bound - 1."""
-    wm, counts, fired = NO_WATERMARK, {}, set()
+    wm, fired = NO_WATERMARK, set()
+    counts: dict[tuple[str, int], int] = {}
     emitted: dict[tuple[str, int], list[int]] = defaultdict(list)
     late: list[int] = []
 
@@ -291,8 +292,8 @@ def two_sided(draw: st.DrawFn) -> tuple[int, list[Side]]:
     bound = draw(st.integers(0, 30))
     rows = draw(st.lists(st.tuples(st.sampled_from(["left", "right"]), st.sampled_from("xyz"),
                                    st.integers(0, 200), st.integers(0, bound)), min_size=1, max_size=50))
-    rows = sorted(enumerate(rows), key=lambda r: (r[1][2] + r[1][3], r[0]))
-    return bound, [(side, k, ts, i) for i, (side, k, ts, _) in rows]
+    arrival = sorted(enumerate(rows), key=lambda r: (r[1][2] + r[1][3], r[0]))
+    return bound, [(side, k, ts, i) for i, (side, k, ts, _) in arrival]
 
 
 def pipe_sides(d: TestDriver, records: list[Side]) -> None:

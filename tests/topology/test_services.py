@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from statistics import fmean
 from typing import Any
 
 import pytest
 
+from framework.demo import expected_window_means
 from framework.testing import TestDriver, TestRecord
 from services.even_odd.pipeline import pipeline as even_odd
 from services.fire_alarm.pipeline import WITHIN_MS as FIRE_WITHIN_MS
@@ -17,7 +19,6 @@ from services.hashtags.pipeline import hashtags as extract_hashtags
 from services.hashtags.pipeline import pipeline as hashtags
 from services.orders_enrich import demo as enrich_demo
 from services.orders_enrich import pipeline as enrich_pipeline
-from framework.demo import expected_window_means
 from services.sensors.pipeline import BOUND_MS, RISE_C, WINDOW_MS, build_pipeline
 from services.sensors.pipeline import pipeline as sensors
 
@@ -30,8 +31,9 @@ def _by_key(records: list[TestRecord]) -> dict[Any, list[Any]]:
     return dict(out)
 
 
-def _prefix_sums(xs: list[float]) -> list[float]:
-    sums, total = [], 0
+def _prefix_sums(xs: Sequence[float]) -> list[float]:
+    sums: list[float] = []
+    total: float = 0
     for x in xs:
         total += x
         sums.append(total)

@@ -18,6 +18,7 @@ from framework.errors import PipelineError
 from framework.operators.table import add_version, as_of
 from framework.replay.plan import ReplayPlan, check_contract, stage_topics
 from framework.replay.stage import run_locally
+from tests.present import present
 
 FAR = 10**12
 
@@ -46,7 +47,7 @@ def joined(d: TestDriver) -> list[tuple[Any, Any, Any, int]]:
 
 
 def test_as_of_is_the_newest_version_at_or_before_the_time() -> None:
-    versions = [[10, "a"], [20, None], [30, "c"]]
+    versions: list[list[Any]] = [[10, "a"], [20, None], [30, "c"]]
     assert [as_of(versions, t) for t in (9, 10, 19, 20, 29, 30, 99)] == [None, "a", "a", None, None, "c", "c"]
     assert as_of(None, 5) is None
 
@@ -500,7 +501,7 @@ def test_a_replay_reads_the_global_table_whole_and_joins_as_a_live_member_starte
                       global_ranges={"products": {0: [0, len(products.get(("products", 0), []))]}})
     rows = run_locally(p, plan, {("orders", q): orders.get(("orders", q), []) for q in range(partitions)},
                        global_records=products)
-    replayed = sorted(tuple(serde.deserialize(r.value)) for r in rows["out"] if r.topic == "out")
+    replayed = sorted(tuple(serde.deserialize(present(r.value))) for r in rows["out"] if r.topic == "out")
     assert replayed == sorted(tuple(r.value) for r in d.output("out"))
 
 

@@ -7,6 +7,7 @@ topic, so the committed sequence of watermarks per task can be checked.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter, defaultdict
 from typing import Any
@@ -62,7 +63,7 @@ def probe_topic(name: str) -> Topic:
 
 
 def non_decreasing(xs: list[int]) -> bool:
-    return all(a <= b for a, b in zip(xs, xs[1:], strict=False))
+    return all(a <= b for a, b in itertools.pairwise(xs))
 
 
 # --- P7: never decreasing ------------------------------------------------------------------------

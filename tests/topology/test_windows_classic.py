@@ -177,7 +177,9 @@ def test_session_windows_with_a_6_minute_gap_close_after_the_gap_and_merge_on_a_
      .window(SessionWindows(6 * MIN)).apply(lambda k, w, els: sorted(e["ts"] // 1000 for e in els))
      .process(Probe()).to(Topic("out")))
     d = TestDriver(p)
-    for key, minutes in [("u", [0, 2, 10, 12, 5]), ("touch", [0, 6]), ("apart", [0, 6.001]), ("u", [30])]:
+    arrivals: list[tuple[str, list[float]]] = [("u", [0, 2, 10, 12, 5]), ("touch", [0, 6]), ("apart", [0, 6.001]),
+                                               ("u", [30])]
+    for key, minutes in arrivals:
         for m in minutes:
             d.pipe("in", {"ts": int(m * MIN)}, key=key)
     # The record at 5 min arrives after [0, 8) and [10, 18) formed; its [5, 11) bridges them.

@@ -21,7 +21,7 @@ def _start_with_path(tmp_path: Path, bin_dir: Path, port: int | None = None) -> 
     env = {k: v for k, v in os.environ.items() if k != "FW_BOOTSTRAP_SERVERS"}
     env.update(PATH=str(bin_dir), FW_HOME=str(tmp_path / "home"), FW_BROKER_PORT=str(port),
                FW_BROKER_DIR=str(tmp_path / "broker"))
-    return subprocess.run([*FW, "broker", "start"], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run([*FW, "broker", "start"], capture_output=True, text=True, env=env, timeout=60, check=False)
 
 
 def test_missing_java_is_one_line(tmp_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_missing_java_is_one_line(tmp_path: Path) -> None:
 def test_missing_mvn_is_one_line(tmp_path: Path) -> None:
     only_java = tmp_path / "bin"
     only_java.mkdir()
-    java = subprocess.run(["which", "java"], capture_output=True, text=True).stdout.strip()
+    java = subprocess.run(["which", "java"], capture_output=True, text=True, check=False).stdout.strip()
     (only_java / "java").symlink_to(os.path.realpath(java))
     proc = _start_with_path(tmp_path, only_java)
     assert proc.returncode == 1
@@ -49,7 +49,7 @@ def test_missing_mvn_is_one_line(tmp_path: Path) -> None:
 def test_taken_port_is_one_line_naming_the_port_and_the_setting(tmp_path: Path) -> None:
     only_java = tmp_path / "bin"
     only_java.mkdir()
-    java = subprocess.run(["which", "java"], capture_output=True, text=True).stdout.strip()
+    java = subprocess.run(["which", "java"], capture_output=True, text=True, check=False).stdout.strip()
     (only_java / "java").symlink_to(os.path.realpath(java))
     from framework.broker.local import free_port_pair
 

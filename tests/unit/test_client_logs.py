@@ -24,7 +24,7 @@ def test_a_repeated_line_passes_once_then_once_a_minute_with_the_count() -> None
     f = Repeats(every_s=60.0, clock=clock)
     refused = "FAIL [rdkafka#producer-1] 127.0.0.1:1/bootstrap: Connect failed: Connection refused (after {}ms)"
     passed = []
-    for second in range(0, 130):
+    for second in range(130):
         clock.now = float(second)
         record = _record(refused.format(second % 7))  # the durations differ: the same line still
         if f.filter(record):

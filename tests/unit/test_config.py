@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,7 +197,7 @@ def test_transaction_timeout_check_names_both_settings_and_the_fix() -> None:
         ({"consume_timeout_ms": -1}, "processing.consume_timeout_ms=-1 must be zero or more"),
     ],
 )
-def test_validate_rejects_bad_numbers(processing: dict[str, int], expected: str) -> None:
+def test_validate_rejects_bad_numbers(processing: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         Config.load(env={}, processing=processing)
     config = Config(processing=dataclasses.replace(ProcessingConfig(), **processing))

@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from framework import Pipeline, Topic, TumblingWindows, WatermarkStrategy
-from framework.errors import ConfigError
 from framework.engine.entries import Entry, StoreLayout
+from framework.errors import ConfigError
 from framework.ops.targets import plain
 from framework.ops.topics import internal_kind
 from framework.serde import StringSerde

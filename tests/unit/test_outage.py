@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException
 
 from framework.errors import FatalKafkaError, KafkaClientError
 from framework.kafka.clients import Connectivity, classify
@@ -172,6 +172,28 @@ def test_a_member_holding_nothing_is_told_of_records_no_member_holds(monkeypatch
     assert membership.unheld_backlog(None, consumer, "svc", inputs) is None  # type: ignore[arg-type]
     monkeypatch.setattr(membership, "held_partitions", lambda admin, group: None)  # a rebalance
     assert membership.unheld_backlog(None, consumer, "svc", inputs) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("state", "held"), [
+    (ConsumerGroupState.PREPARING_REBALANCING, None),
+    (ConsumerGroupState.COMPLETING_REBALANCING, None),
+    (ConsumerGroupState.STABLE, {("orders", 1), ("orders", 3)}),
+    (ConsumerGroupState.EMPTY, set()),
+])
+def test_the_held_partitions_are_unknown_while_the_group_rebalances(
+        monkeypatch: pytest.MonkeyPatch, state: ConsumerGroupState, held: set[tuple[str, int]] | None) -> None:
+    from types import SimpleNamespace
+
+    from framework.kafka import groups
+
+    def member(*tps: tuple[str, int]) -> SimpleNamespace:
+        assigned = [SimpleNamespace(topic=t, partition=p) for t, p in tps]
+        return SimpleNamespace(assignment=SimpleNamespace(topic_partitions=assigned))
+
+    members = [] if state == ConsumerGroupState.EMPTY else [member(("orders", 1)), member(("orders", 3))]
+    monkeypatch.setattr(groups, "_describe", lambda admin, group, timeout_s: SimpleNamespace(state=state,
+                                                                                            members=members))
+    assert groups.held_partitions(None, "svc") == held  # type: ignore[arg-type]  # no admin: _describe is replaced
 
 
 def test_health_is_503_while_the_member_idles_with_lag_nobody_holds() -> None:

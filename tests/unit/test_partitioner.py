@@ -82,7 +82,7 @@ def test_murmur2_returns_a_signed_32_bit_int() -> None:
 
 def test_murmur2_equals_a_java_transliteration_on_random_bytes_of_every_tail_length() -> None:
     rng = random.Random(12345)
-    for length in range(0, 33):  # every remainder mod 4, including the empty key
+    for length in range(33):  # every remainder mod 4, including the empty key
         for _ in range(25):
             data = rng.randbytes(length)  # high bytes too: Java's signed bytes are masked
             assert murmur2(data) == java_murmur2(data), data

@@ -1,6 +1,8 @@
 """The public surface is explicit: everything in ``framework.__all__`` and nothing private;
 and the packages behind it keep their layers."""
 
+import itertools
+
 import framework
 from tests.import_graph import cycle_through, cycles, package_graph
 
@@ -31,7 +33,7 @@ def test_layers_keep_their_imports() -> None:
 def _cycle_report(graph: dict[str, dict[str, list[str]]], component: list[str]) -> str:
     """The edges of one cycle of ``component``, each with the imports that make it."""
     path = cycle_through(graph, component)
-    edges = [f"  {a} -> {b}: {', '.join(graph[a][b])}" for a, b in zip(path, path[1:])]
+    edges = [f"  {a} -> {b}: {', '.join(graph[a][b])}" for a, b in itertools.pairwise(path)]
     return "\n".join([f"{' -> '.join(path)}", *edges])
 
 

@@ -67,7 +67,7 @@ def test_the_command_ends_with_the_jobs_code_while_the_jvm_writes_the_archive_an
 
 
 def test_a_job_that_failed_ends_the_command_with_its_code_and_its_archive_is_not_kept(tmp_path: Path) -> None:
-    archive, code = _run(tmp_path, 1)
+    _archive, code = _run(tmp_path, 1)
     assert code == 1
     _release(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]
@@ -75,8 +75,8 @@ def test_a_job_that_failed_ends_the_command_with_its_code_and_its_archive_is_not
 
 def test_a_job_that_does_not_say_its_code_is_waited_for_to_the_end(tmp_path: Path,
                                                                   capfd: pytest.CaptureFixture[str]) -> None:
-    archive, code = _run(tmp_path, 2, says=False)
-    out, err = capfd.readouterr()
+    _archive, code = _run(tmp_path, 2, says=False)
+    _out, err = capfd.readouterr()
     assert code == 2
     assert err.endswith("Traceback: it failed\n")  # what it says last is shown
     assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]  # its keeper is done: nothing left

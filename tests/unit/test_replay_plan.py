@@ -12,25 +12,42 @@ import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
+from framework import TumblingWindows, WatermarkStrategy
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.errors import PipelineError
 from framework.kafka.offsets import _Log, parse_time
 from framework.pipeline import Pipeline, Topic
-from framework.replay.plan import (SMALL_RANGE, ReplayPlan, check_contract, choose_reader, definition_of,
-                                   input_stages, stage_topics, store_stages)
-from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
-from framework.replay.daemon_path.fw_local_daemon import _installed_copies, prefer_installed
 from framework.replay import submit
-from framework.replay.submit import LOCAL_DAEMON, LOCAL_JIT, ClassArchive, command, package, remove_unused
+from framework.replay.daemon_path.fw_local_daemon import _installed_copies, prefer_installed
+from framework.replay.plan import (
+    SMALL_RANGE,
+    ReplayPlan,
+    check_contract,
+    choose_reader,
+    definition_of,
+    input_stages,
+    stage_topics,
+    store_stages,
+)
+from framework.replay.stage import StageOutput, merge_sources, merge_streams, run_locally
+from framework.replay.submit import (
+    LOCAL_DAEMON,
+    LOCAL_JIT,
+    ClassArchive,
+    command,
+    package,
+    remove_unused,
+)
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
-from framework import TumblingWindows, WatermarkStrategy
 from services.even_odd.pipeline import build_pipeline as even_odd
+from tests.present import present
 
 
 def test_each_repartition_hop_is_a_stage() -> None:
@@ -108,9 +125,10 @@ def test_a_partition_without_its_leader_yet_is_asked_again_not_taken_as_past_its
     time": the range would have started at the partition's end, skipping its records."""
     log = _Log.__new__(_Log)
     log.partitions, log.bounds, log.timeout_s = {"t": [0, 1]}, {("t", 0): (0, 9), ("t", 1): (0, 9)}, 10.0
-    log.consumer = _AnsweringLate()
+    consumer = _AnsweringLate()
+    log.consumer = cast(Any, consumer)  # a stand-in for confluent-kafka's Consumer: what at_time calls
     assert log.at_time(1_000) == {("t", 0): 7, ("t", 1): 7}
-    assert log.consumer.asked == 2
+    assert consumer.asked == 2
 
 
 def test_merged_sources_keep_each_topics_order_and_advance_together() -> None:
@@ -168,7 +186,7 @@ def test_the_stages_in_process_give_the_test_drivers_results() -> None:
         got: dict[object, list[object]] = {}
         for r in out:
             if r.topic == topic:
-                got.setdefault(kd(r.key), []).append(vd(r.value))
+                got.setdefault(kd(present(r.key)), []).append(vd(present(r.value)))
         return got
 
     def live(topic: str) -> dict[object, list[object]]:
@@ -544,10 +562,10 @@ class _Spark:
     """What ``_Progress`` asks of the SparkContext: its conf and a status tracker (one stage, 1 of 4
     tasks done)."""
 
-    def getConf(self) -> dict[str, str]:  # noqa: N802 - pyspark's name
+    def getConf(self) -> dict[str, str]:  # pyspark's name
         return {}
 
-    def statusTracker(self) -> SimpleNamespace:  # noqa: N802 - pyspark's name
+    def statusTracker(self) -> SimpleNamespace:  # pyspark's name
         return SimpleNamespace(getActiveStageIds=lambda: [0],
                                getStageInfo=lambda _: SimpleNamespace(numCompletedTasks=1, numTasks=4))
 

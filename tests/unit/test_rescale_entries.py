@@ -17,6 +17,7 @@ from framework.engine.entries import record_key
 from framework.engine.partitioner import partition_for
 from framework.engine.task import CLOCK_KEY
 from framework.errors import RuntimeProblem, StateError
+from framework.savepoint.files import InFlight
 from framework.savepoint.manifest import (
     Manifest,
     RepartitionInfo,
@@ -32,6 +33,7 @@ from framework.state.base import STEP_META_KEY
 from framework.state.keys import keyed, state_prefix
 from framework.time.clock import rescaled
 from framework.time.watermarks import NO_WATERMARK
+from tests.present import present
 
 CODEC = ValueCodec()
 REPARTITION = "shop-by-item-repartition"
@@ -118,13 +120,13 @@ def test_the_time_store_becomes_one_clock_on_every_task() -> None:
 
 
 def test_records_in_flight_go_where_their_keys_go_in_order_and_control_records_are_left_out() -> None:
-    control = [("fw.watermark", b"0/4:1999")]
+    control: list[tuple[str, bytes | None]] = [("fw.watermark", b"0/4:1999")]
     keys = [f'"item{i}"'.encode() for i in range(12)]
-    old = [(partition_for(k, 4), i, 1_000 + i, k, CODEC.encode(i), [("fw.origin", b"orders[0]@1")])
-           for i, k in enumerate(keys)]
+    old: list[InFlight] = [(partition_for(k, 4), i, 1_000 + i, k, CODEC.encode(i), [("fw.origin", b"orders[0]@1")])
+                           for i, k in enumerate(keys)]
     old += [(p, 100 + p, 0, None, None, control) for p in range(4)]
     moved = list(Rescaling(6, CODEC).records(old))
-    assert moved == [(partition_for(k, 6), *rest) for _p, *rest in old[:12] for k in [rest[2]]]
+    assert moved == [(partition_for(present(k), 6), o, ts, k, v, h) for _p, o, ts, k, v, h in old[:12]]
 
 
 def _manifest(offsets: dict[int, int], unprocessed: dict[int, int] | None) -> Manifest:

@@ -6,6 +6,7 @@ processed would have been processed again."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -18,7 +19,8 @@ class _Consumer:
     offset (12, and none for partition 2); ``seek`` recorded."""
 
     def __init__(self, late: int) -> None:
-        self.late, self.asked, self.sought = late, 0, {}
+        self.late, self.asked = late, 0
+        self.sought: dict[int, int] = {}
 
     def committed(self, tps: list[TopicPartition], timeout: float) -> list[SimpleNamespace]:
         self.asked += 1
@@ -32,8 +34,9 @@ class _Consumer:
 
 def _consumer(late: int) -> tuple[GroupConsumer, _Consumer]:
     group = GroupConsumer.__new__(GroupConsumer)
-    group._c = _Consumer(late)
-    return group, group._c
+    client = _Consumer(late)
+    group._c = cast(Any, client)  # a stand-in for confluent-kafka's Consumer: what rewinding calls
+    return group, client
 
 
 def test_a_partition_without_its_leader_yet_is_asked_again_not_rewound_to_its_start() -> None:

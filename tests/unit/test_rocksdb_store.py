@@ -348,10 +348,11 @@ def test_processes_sharing_a_state_directory_each_take_a_free_copy_of_a_global_t
     try:
         assert holder.stdout is not None and holder.stdout.readline()  # the other process holds copy 0
         mine = open_copy(RocksDBBackend(tmp_path), "svc", "products")
-        assert "products@1" in str(mine.path)
+        assert isinstance(mine, RocksDBPartition) and "products@1" in str(mine.path)
         mine.close()
     finally:
         holder.communicate("")
     again = open_copy(RocksDBBackend(tmp_path), "svc", "products")  # the holder is gone: copy 0 is free
+    assert isinstance(again, RocksDBPartition)
     assert "products@1" not in str(again.path) and "products" in str(again.path)
     again.close()

@@ -195,7 +195,7 @@ def test_the_base_must_be_of_the_service_and_a_bootstrap_needs_its_positions(tmp
 
 def test_given_offsets_replace_the_bases(tmp_path: Path) -> None:
     manifest = write(tmp_path / "new", _pipeline(), {"sums": [{"key": "bob", "value": 8}]}, base=_base(tmp_path),
-                     offsets={"orders": {"0": 20, "1": 9}})
+                     offsets={"orders": {"0": 20, "1": 9}})  # type: ignore[dict-item]  # JSON's string partitions: int() taken
     assert manifest.offsets == {"orders": {0: 20, 1: 9}}
     assert json.loads((tmp_path / "new" / "manifest.json").read_text())["offsets"] == {"orders": {"0": 20, "1": 9}}
 

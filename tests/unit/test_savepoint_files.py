@@ -16,6 +16,7 @@ from framework.engine.entries import StoreLayout
 from framework.errors import ConfigError
 from framework.savepoint.files import (
     PART,
+    InFlight,
     in_flight_records,
     in_flight_rows,
     store_pairs,
@@ -111,7 +112,7 @@ def test_a_store_dataset_keeps_the_bytes_and_decodes_each_entry(tmp_path: Path) 
 
 
 def test_records_in_flight_keep_their_order_timestamps_and_headers(tmp_path: Path) -> None:
-    records = [(1, 5, 1_000, b"k", b"\x01\x05", [("fw.origin", b"orders[1]@3")]),
+    records: list[InFlight] = [(1, 5, 1_000, b"k", b"\x01\x05", [("fw.origin", b"orders[1]@3")]),
                (0, 9, 2_000, None, None, [("fw.watermark", b"0/2:1999")]),
                (0, 8, 1_500, b"j", b"\x01\x06", [])]
     write_dataset(in_flight_rows(records), tmp_path / "in-flight")

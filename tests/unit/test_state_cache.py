@@ -15,6 +15,7 @@ from framework.state.keys import keyed, prefix_end, split_keyed, state_prefix
 from framework.state.memory import MemoryBackend
 from framework.state.rocksdb import RocksDBBackend
 from framework.state.views import KeyScope, ListState, MapState, ValueState
+from tests.present import present
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -83,7 +84,7 @@ def test_delete_then_put_again_revives_the_key(cache: CachedPartition) -> None:
     cache.put(b"k", 2)
     assert cache.get(b"k") == 2
     cache.commit(2)
-    assert decode_value(cache.backend.get(b"k")) == 2
+    assert decode_value(present(cache.backend.get(b"k"))) == 2
 
 
 def test_nothing_reaches_the_backend_before_commit(cache: CachedPartition) -> None:
@@ -160,7 +161,7 @@ def test_changes_are_bytes_with_none_for_deletes(cache: CachedPartition) -> None
     cache.delete(b"b")
     changes = cache.changes()
     assert set(changes) == {b"a", b"b"}
-    assert decode_value(changes[b"a"]) == [1, 2]
+    assert decode_value(present(changes[b"a"])) == [1, 2]
     assert changes[b"b"] is None
 
 
@@ -174,7 +175,7 @@ def test_changes_are_stable_across_calls_until_commit(cache: CachedPartition) ->
     second = cache.changes()
     assert second == snapshot  # the WriteBatch equals what went to the changelog
     cache.commit(1)
-    assert decode_value(cache.backend.get(b"a")) == {"n": [1]}
+    assert decode_value(present(cache.backend.get(b"a"))) == {"n": [1]}
     cache.put(b"b", 3)
     assert set(cache.changes()) == {b"b"}  # a new checkpoint's changes
 
@@ -193,7 +194,7 @@ def test_a_write_after_changes_is_kept_for_the_next_checkpoint(cache: CachedPart
     assert backend_items(cache.backend) == {b"a": 1}  # exactly what the changelog got
     assert cache.dirty
     assert (cache.get(b"a"), cache.get(b"b")) == (10, 2)
-    assert {k: decode_value(v) for k, v in cache.changes().items()} == {b"a": 10, b"b": 2}
+    assert {k: decode_value(present(v)) for k, v in cache.changes().items()} == {b"a": 10, b"b": 2}
     cache.commit(2)
     assert backend_items(cache.backend) == {b"a": 10, b"b": 2}
     assert not cache.dirty

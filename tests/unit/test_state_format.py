@@ -7,6 +7,7 @@ entries the service itself restores."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -38,7 +39,8 @@ def _ext(code: int, payload: bytes) -> Any:
     if code in (1, 2, 3, 8) and not payload:
         return Marker(code)
     text = payload.decode()
-    return {4: datetime.fromisoformat, 5: date.fromisoformat, 6: Decimal, 7: int}[code](text)
+    parse: dict[int, Callable[[str], Any]] = {4: datetime.fromisoformat, 5: date.fromisoformat, 6: Decimal, 7: int}
+    return parse[code](text)
 
 
 def _array(items: list[Any]) -> Any:
@@ -173,7 +175,7 @@ def test_the_layouts_mean_what_the_document_says() -> None:
     assert signatures == {("n", "aggregate"), ("spend", "window"), ("sessions", "window"), ("threes", "window"),
                           ("profile", "process"), ("join", "interval_join")}
     assert all(v["layout"] == 1 for s, k, v in entries if k == ("meta", "step"))
-    assert [v["windows"] for s, k, v in entries if k == ("meta", "step") and s == "spend"][0] == {
+    assert next(v["windows"] for s, k, v in entries if k == ("meta", "step") and s == "spend") == {
         "type": "TumblingWindows", "size_ms": 1000, "offset_ms": 0, "clock": "event"}
 
     # windows: "win" + <start + 2^63>; the accumulator is the (count, sum) tuple; kept until
@@ -195,7 +197,7 @@ def test_the_layouts_mean_what_the_document_says() -> None:
     # count windows: (records so far, the last `size` (timestamp, value) tuples, lo, hi)
     for s, k, v in entries:
         if s == "threes" and k[0] == "state":
-            n, elements, lo, hi = v
+            _n, elements, _lo, _hi = v
             assert k[1] == "count" and len(elements) <= 3 and all(isinstance(e, tuple) for e in elements)
 
     # the process function: value, list and map state, and its event timers
@@ -205,8 +207,8 @@ def test_the_layouts_mean_what_the_document_says() -> None:
     assert all(isinstance(v, list) and isinstance(v[0][1], Decimal) for (n, _, _), v in profile.items()
                if n == "recent")
     assert isinstance(profile[("kinds", "u0", b"view")]["at"], datetime)
-    timers = sorted((k[2], json.loads(k[3])) for s, k, v in entries if s == "profile" and k[0] == "timer")
-    assert timers == d.timers("profile")
+    event_timers = sorted((k[2], json.loads(k[3])) for s, k, v in entries if s == "profile" and k[0] == "timer")
+    assert event_timers == d.timers("profile")
     assert all(k[1] == "event" and v == 1 for s, k, v in entries if s == "profile" and k[0] == "timer")
 
     # the interval join: each side's (timestamp, value) tuples

@@ -74,7 +74,7 @@ class RocksDBPartition:
     """A ``StorePartition`` over one RocksDB instance. One task owns it; other threads may
     only ``read_chunk`` (live queries), which ``close`` waits for."""
 
-    __slots__ = ("_path", "_db", "_meta_cf", "_offset", "_changelog_id", "_format", "_scans", "_closing")
+    __slots__ = ("_changelog_id", "_closing", "_db", "_format", "_meta_cf", "_offset", "_path", "_scans")
 
     def __init__(self, path: Path, options: Options, label: str = "partition") -> None:
         self._path = path
