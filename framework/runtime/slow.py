@@ -71,7 +71,7 @@ class SlowRecords:
         while not self._stop.wait(period):
             try:
                 self.check(time.monotonic())
-            except Exception:  # noqa: BLE001 - a watchdog must not die of what it looks at
+            except Exception:  # a watchdog must not die of what it looks at
                 log.debug("slow-record watchdog", exc_info=True)
 
     def check(self, now: float) -> None:
@@ -115,7 +115,8 @@ class SlowRecords:
     def locate(self) -> tuple[str, str]:
         """The step whose user code is on the loop's stack (its name quoted, or "unknown"), and
         where (``file:line in function`` of the innermost frame outside the framework)."""
-        frame = sys._current_frames().get(self._main)  # noqa: SLF001 - a sample of the loop's stack
+        frames = sys._current_frames()  # a sample of every thread's stack: the loop's is the main thread's
+        frame = frames.get(self._main) if self._main is not None else None
         step, where = None, ""
         while frame is not None:
             code = frame.f_code

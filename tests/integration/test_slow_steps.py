@@ -22,6 +22,7 @@ from tests.integration.harness import (
     read_topic,
     wait_until,
 )
+from tests.present import present
 
 TARGET = "tests.integration.pipelines:slow_spend"
 RECORDS, USERS, SLOW = 3000, 20, 1234
@@ -44,7 +45,7 @@ def test_a_step_of_40_ms_a_record_checkpoints_every_second_and_loses_nothing(
 
         def sample() -> bool:
             assert svc.alive, svc.log_text()
-            code, status = get_json(f"{url}/status")
+            _code, status = get_json(f"{url}/status")
             member = status["members"][0] if "members" in status else status
             if member.get("records_processed") is not None:
                 samples.append((member["records_processed"], member["checkpoint"]["completed"]))
@@ -61,11 +62,11 @@ def test_a_step_of_40_ms_a_record_checkpoints_every_second_and_loses_nothing(
     assert len({n for n, _ in working}) >= 5, f"/status showed the work moving: {samples}"
     assert len({c for _, c in working}) >= 5, f"checkpoints came while the records were worked on: {samples}"
 
-    got = Counter(json.loads(r.value)["amount"] for r in read_topic(kafka_bootstrap, f"checked-{unique}"))
+    got = Counter(json.loads(present(r.value))["amount"] for r in read_topic(kafka_bootstrap, f"checked-{unique}"))
     assert got == Counter(range(RECORDS)), "every record checked exactly once"
     totals: dict[str, list[int]] = {}
     for r in sorted(read_topic(kafka_bootstrap, f"totals-{unique}"), key=lambda r: r.offset):
-        totals.setdefault(r.key.decode(), []).append(json.loads(r.value))
+        totals.setdefault(present(r.key).decode(), []).append(json.loads(present(r.value)))
     for u in range(USERS):
         amounts = [i for i in range(RECORDS) if i % USERS == u]
         assert len(totals[f"u{u}"]) == len(amounts) and totals[f"u{u}"][-1] == sum(amounts)
