@@ -2,7 +2,8 @@
 
 The public API: define a ``Pipeline`` of steps over ``Topic``s, keep keyed state in a
 ``ProcessFunction`` (its ``ProcessContext`` gives ``ValueState``, ``MapState`` and
-``ListState``), register the user types state may hold (``CustomType``), unit-test it with
+``ListState``), call other services from ``map_async``/``process_async`` steps (``AsyncFunction``,
+``AsyncCall``, ``Retry``), register the user types state may hold (``CustomType``), unit-test it with
 the ``TestDriver``, run it with ``fw run``. Everything a service needs is exported here or
 by the public packages (``framework.pipeline``, ``serde``, ``time``, ``windows``,
 ``testing``), and a script around a service produces records with ``framework.produce``;
@@ -21,10 +22,13 @@ from framework.errors import (
     StateError,
 )
 from framework.pipeline import (
+    AsyncCall,
+    AsyncFunction,
     CoProcessFunction,
     Pipeline,
     ProcessContext,
     ProcessFunction,
+    Retry,
     Stream,
     Table,
     Topic,
@@ -52,6 +56,8 @@ from framework.windows import (
 )
 
 __all__ = [  # noqa: RUF022 - in sorted() order, which tests/unit/test_public_api.py checks
+    "AsyncCall",
+    "AsyncFunction",
     "AvroSerde",
     "BytesSerde",
     "CoProcessFunction",
@@ -76,6 +82,7 @@ __all__ = [  # noqa: RUF022 - in sorted() order, which tests/unit/test_public_ap
     "ProcessFunction",
     "ProcessingError",
     "RecordError",
+    "Retry",
     "SerializationError",
     "SessionWindows",
     "SlidingWindows",

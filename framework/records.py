@@ -4,8 +4,8 @@ record (``InputRecord``), its headers, and where a task's records go (``Output``
 This module is below every package that shares these: the Kafka clients produce and consume
 them (``framework.kafka``: ``confluent_kafka.Message`` is an ``InputRecord``, ``KafkaOutput``
 an ``Output``), the operators read the headers of the record in hand, the engine routes
-records between the two, and the TestDriver and the Spark job build their own
-(``framework.engine.record.Record``). It imports nothing of the framework, so none of them
+records between the two, and the TestDriver, the Spark job and an async step's records
+restored from its store are ``Record``s. It imports nothing of the framework, so none of them
 depends on another for these types (docs/architecture.md, "Layers").
 """
 
@@ -15,7 +15,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-__all__ = ["Headers", "InputRecord", "Output", "record_headers"]
+__all__ = ["Headers", "InputRecord", "Output", "Record", "record_headers"]
 
 Headers = Sequence[tuple[str, bytes]] | None
 
@@ -66,3 +66,43 @@ class Output(Protocol):
                           headers: Headers) -> None:
         """Send one changelog record; its offset is reported at the checkpoint."""
         ...
+
+
+class Record:
+    """One record of a topic partition, with the interface of ``confluent_kafka.Message``."""
+
+    __slots__ = ("_h", "_k", "_o", "_p", "_t", "_ts", "_v")
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 timestamp: int, headers: Sequence[tuple[str, bytes]] | None = None) -> None:
+        self._t, self._p, self._o, self._k, self._v, self._ts = topic, partition, offset, key, value, timestamp
+        self._h = tuple(headers) if headers else None
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def timestamp(self) -> tuple[int, int]:
+        """``(type, ms)``: type 1 is Kafka's CreateTime."""
+        return (1, self._ts)
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return list(self._h) if self._h else None
+
+    def error(self) -> Any:
+        """Always None: only a consumer reports errors in its stream of records."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"Record({self._t}[{self._p}]@{self._o}, key={self._k!r}, value={self._v!r}, ts={self._ts})"

@@ -14,6 +14,7 @@ from typing import Any
 from framework.engine.context import TaskContext
 from framework.errors import PipelineError
 from framework.operators.aggregate import build_aggregate
+from framework.operators.async_io import build_async
 from framework.operators.basic import (
     build_filter,
     build_flat_map,
@@ -54,6 +55,7 @@ _ONE_INPUT: dict[type[S.Step], Builder] = {
     S.Union: _union,
     S.Table: build_table,
     S.GlobalTableJoin: build_global_join,
+    S.AsyncStep: build_async,
 }
 _TWO_INPUTS: dict[type[S.Step], MultiBuilder] = {
     S.CoProcess: build_co_process,

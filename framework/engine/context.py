@@ -12,6 +12,7 @@ from typing import Any
 
 from framework.errors import RecordCoordinates, RecordError, SerializationError
 from framework.headers import ORIGIN
+from framework.pipeline.definition import async_input
 from framework.records import Headers, InputRecord, Output, record_headers  # noqa: F401 - re-exported
 from framework.serde.values import ValueCodec
 from framework.state.cache import CachedPartition
@@ -25,7 +26,11 @@ class TaskContext:
     counters."""
 
     __slots__ = (
+        "async_operators",
+        "calls",
         "carried",
+        "checkpoint_listeners",
+        "close_listeners",
         "codec",
         "counters",
         "current",
@@ -37,6 +42,7 @@ class TaskContext:
         "pipeline",
         "processing_listeners",
         "service",
+        "start_listeners",
         "stores",
         "task",
         "time",
@@ -45,7 +51,7 @@ class TaskContext:
 
     def __init__(self, pipeline: Any, partition: int, output: Output,
                  stores: dict[str, CachedPartition], time: TaskClock, task: Any, codec: ValueCodec,
-                 globals: Any = None) -> None:
+                 globals: Any = None, calls: Any = None) -> None:
         self.pipeline = pipeline
         self.codec = codec
         self.service: str = pipeline.name
@@ -62,6 +68,11 @@ class TaskContext:
         self.globals = globals  # the process's GlobalTables (framework.engine.globals), or None
         self.global_listeners: list[tuple[Any, Callable[[int], None]]] = []
         self.timers_in_memory: dict[tuple[str, str], TimerService] = {}  # (step, domain): not in its store
+        self.calls = calls  # where async steps' calls run (framework.engine.calls), or None
+        self.async_operators: list[Any] = []
+        self.checkpoint_listeners: list[Callable[[], None]] = []
+        self.start_listeners: list[Callable[[], None]] = []
+        self.close_listeners: list[Callable[[], None]] = []
 
     def store(self, name: str) -> CachedPartition:
         return self.stores[name]
@@ -80,7 +91,7 @@ class TaskContext:
 
     def clock_for(self, step: str) -> Clock:
         """The clock (watermark) of ``step``: the minimum over the inputs that reach it."""
-        return self.time.clock(self.pipeline.step_inputs(step), step)
+        return self.time.clock(self.pipeline.clock_inputs(step), step)
 
     def on_watermark(self, step: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(watermark)`` whenever ``step``'s watermark advances."""
@@ -89,7 +100,7 @@ class TaskContext:
     def input_clock(self, step: str, parent: str) -> Clock:
         """The clock of the inputs reaching ``step``'s parent ``parent`` alone, saved in
         checkpoints as ``<step>/<parent>`` (a name no step can have)."""
-        return self.time.clock(self.pipeline.step_inputs(parent), f"{step}/{parent}")
+        return self.time.clock(self.pipeline.clock_inputs(parent), f"{step}/{parent}")
 
     def on_input_watermark(self, step: str, parent: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(watermark)`` whenever the watermark of ``input_clock(step, parent)``
@@ -105,10 +116,52 @@ class TaskContext:
         self.global_listeners.append((gt, fn))
 
     def close(self) -> None:
-        """The task stops: the process's global tables no longer call it."""
+        """The task stops: the process's global tables no longer call it, its async steps'
+        calls are cancelled."""
         for gt, fn in self.global_listeners:
             gt.listeners.remove(fn)
         self.global_listeners.clear()
+        for stop in self.close_listeners:
+            stop()
+        self.close_listeners.clear()
+
+    # -- async steps (framework.operators.async_io) ------------------------------------------
+
+    def on_checkpoint(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` at each checkpoint, before the stores' changes go to the changelogs."""
+        self.checkpoint_listeners.append(fn)
+
+    def on_start(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once the task is built and its clock restored."""
+        self.start_listeners.append(fn)
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        self.close_listeners.append(fn)
+
+    def output_watermark(self, step: str) -> int:
+        """The watermark that has left async step ``step`` (its clock input ``async:<step>``)."""
+        return self.time.input(async_input(step)).watermark
+
+    def advance_output(self, step: str, watermark: int) -> None:
+        """Async step ``step`` lets ``watermark`` through to the steps after it."""
+        inp = self.time.input(async_input(step))
+        if watermark > inp.watermark:
+            inp.watermark = watermark
+            self.time.advanced(inp)
+
+    def output_idle(self, step: str, idle: bool) -> None:
+        """Async step ``step``'s output is idle (its inputs are, and nothing is in flight) or not."""
+        inp = self.time.input(async_input(step))
+        if inp.idle != idle:
+            inp.idle = idle
+            self.time.advanced(inp)
+
+    def record_failed(self, msg: InputRecord, error: RecordError) -> None:
+        """A record failed outside the record loop (an async call's result): to the dead-letter
+        topic, or raised with its coordinates (``on_error=fail``). ``current`` is ``msg``."""
+        if self.task.fail_on_error:
+            raise error.locate(error.coordinates or self.coordinates())
+        self.task.dead_letter(msg, error)
 
     def on_processing_time(self, step: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(now_ms)`` on every wall-clock tick of the task."""

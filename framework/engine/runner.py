@@ -24,10 +24,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from framework.engine.calls import InlineCalls
 from framework.engine.context import InputRecord, Output
 from framework.engine.globals import GlobalTables
 from framework.engine.task import Handler, Task
 from framework.errors import RecordCoordinates, RecordError, StateError
+from framework.operators.async_io import HOLD, Calls
 from framework.operators.table import rebuild_table
 from framework.pipeline.definition import Pipeline
 from framework.serde.values import ValueCodec
@@ -86,7 +88,7 @@ class TaskRunner:
 
     def __init__(self, pipeline: Pipeline, backend: StoreBackend, output: Output, *, partitions: int,
                  now_ms: Callable[[], int] | None = None, fail_on_error: bool = False,
-                 fault: Fault = _no_fault) -> None:
+                 fault: Fault = _no_fault, calls: Calls | None = None) -> None:
         pipeline.validate()
         self.pipeline = pipeline
         self.backend = backend
@@ -97,6 +99,8 @@ class TaskRunner:
         self.fault = fault
         self.codec = ValueCodec(pipeline.types)
         self.globals = GlobalTables(pipeline, backend, self.codec, now_ms or _wall_ms)
+        # where async steps' calls run: the engine's (a thread of its own live), else each in turn
+        self.calls: Calls | None = calls or (InlineCalls() if pipeline.async_steps() else None)
         self.tasks: dict[int, Task] = {}
         self.routes: dict[TP, tuple[Handler, Task, list[int]]] = {}
         self.records = 0  # processed, over the runner's life (not rolled back by aborts)
@@ -111,7 +115,7 @@ class TaskRunner:
     def _new_task(self, partition: int) -> Task:
         return Task(self.pipeline, partition, self.backend, self.output, codec=self.codec,
                     partitions=self.partitions, now_ms=self.now_ms, fail_on_error=self.fail_on_error,
-                    globals=self.globals)
+                    globals=self.globals, calls=self.calls)
 
     def start(self, partition: int) -> Task:
         """Run the task of ``partition`` from its stores as they are (restored, or new)."""
@@ -139,6 +143,8 @@ class TaskRunner:
         for partition in list(self.tasks):
             self.stop(partition)
         self.globals.close()
+        if self.calls is not None:
+            self.calls.close()
 
     # -- global tables ---------------------------------------------------------------------
 
@@ -163,6 +169,8 @@ class TaskRunner:
         order, and processed first by the next call. A checkpoint meanwhile commits a held
         partition's position at its first held record (``checkpoint``), so the deadline is
         kept however slow a step is, within about one record's time."""
+        if self.calls is not None:
+            self.calls.until = until  # how long a full async step waits for room
         if self.held:
             return self._process_held(records, unrouted, failed, until)
         return self._run(records, unrouted, failed, until)
@@ -189,9 +197,14 @@ class TaskRunner:
                 handler, task, cell = route
                 self.in_hand = msg
                 try:
-                    if not handler(msg):  # True: a watermark control record, not a record
+                    taken_up = handler(msg)
+                    if not taken_up:
                         n += 1
                         cell[0] += 1
+                    elif taken_up is HOLD:  # its async step stayed full until the deadline: held
+                        taken -= 1
+                        break
+                    # else True: a watermark control record, not a record
                 except RecordError as err:
                     if fail:
                         raise err.locate(err.coordinates or task.ctx.coordinates())
@@ -268,6 +281,41 @@ class TaskRunner:
             dirty = task.tick() or dirty
         return dirty
 
+    # -- async steps (framework.operators.async_io) ----------------------------------------
+
+    def complete(self) -> bool:
+        """Hand the async steps the calls that completed: their results go downstream (in the
+        open interval). True when there were any."""
+        return self.calls is not None and self.calls.dispatch() > 0
+
+    def settle(self) -> None:
+        """Wait until no async step of any task has a record in flight (a Spark task, before
+        it commits a batch's outputs)."""
+        calls = self.calls
+        if calls is None:
+            return
+        while any(op.pending for task in self.tasks.values() for op in task.ctx.async_operators):
+            calls.wait(1.0)
+            calls.dispatch()
+
+    def in_flight(self) -> dict[str, int]:
+        """Records in flight per async step, over the running tasks."""
+        out: dict[str, int] = {}
+        for task in self.tasks.values():
+            for op in task.ctx.async_operators:
+                out[op.name] = out.get(op.name, 0) + op.pending
+        return out
+
+    def take_call_latencies(self) -> dict[str, list[float]]:
+        """The seconds of each call attempt since the last time, per async step."""
+        out: dict[str, list[float]] = {}
+        for task in self.tasks.values():
+            for op in task.ctx.async_operators:
+                if op.latencies:
+                    out.setdefault(op.name, []).extend(op.latencies)
+                    op.latencies = []
+        return out
+
     # -- checkpoint ------------------------------------------------------------------------
 
     def checkpoint(self, positions: Mapping[TP, int], sink: CheckpointSink) -> int:
@@ -282,6 +330,7 @@ class TaskRunner:
         changelog records. An exception from the sink leaves the interval uncommitted:
         ``abort`` (or ``discard``) then drops its writes.
         """
+        self.complete()  # what completed goes out in this interval; what is in flight is stored
         mine = {tp: o for tp, o in positions.items() if tp in self.routes}
         for tp, msgs in self.held.items():
             mine[tp] = msgs[0].offset()
@@ -302,6 +351,7 @@ class TaskRunner:
         timers); the engine rewinds its inputs to the committed positions."""
         self.held.clear()
         for partition, task in list(self.tasks.items()):
+            task.ctx.close()  # its calls in flight are cancelled; the new task calls again what is stored
             task.discard_state()
             self._fold_counters(task)
             self.start(partition)  # over the same store partitions, as of the last checkpoint

@@ -29,6 +29,7 @@ from framework.errors import (
 )
 from framework.headers import VALUE_ENCODING, coordinates
 from framework.logs import record_fields
+from framework.operators.async_io import HOLD
 from framework.pipeline import steps as S
 from framework.pipeline.definition import TIME_STORE, Pipeline
 from framework.serde.values import ValueCodec, ValueSerde
@@ -45,6 +46,16 @@ CLOCK_KEY = state_prefix("clock")  # the task clock's entry in the time store
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _gate(handler: Handler, ops: tuple[Any, ...]) -> Handler:
+    def gated(msg: InputRecord) -> Any:
+        for op in ops:
+            if op.pending >= op.capacity and not op.wait_for_room():
+                return HOLD
+        return handler(msg)
+
+    return gated
 
 
 def _fanout(pushes: list[S.Push]) -> S.Push:
@@ -66,7 +77,7 @@ class Task:
 
     def __init__(self, pipeline: Pipeline, partition: int, backend: StoreBackend, output: Output, *,
                  codec: ValueCodec, partitions: int = 1, now_ms: Callable[[], int] | None = None,
-                 fail_on_error: bool = False, globals: Any = None) -> None:
+                 fail_on_error: bool = False, globals: Any = None, calls: Any = None) -> None:
         self.pipeline = pipeline
         self.partition = partition
         self.partitions = partitions  # tasks of the service: the partitions of its internal topics
@@ -77,7 +88,7 @@ class Task:
                        for name in pipeline.store_names()}
         self._check_state_fits()
         self.time = TaskClock(now_ms or _wall_ms)
-        self.ctx = TaskContext(pipeline, partition, output, self.stores, self.time, self, codec, globals)
+        self.ctx = TaskContext(pipeline, partition, output, self.stores, self.time, self, codec, globals, calls)
         self.handlers: dict[str, Handler] = self._compile()
         self.emitters = self._emitters()
         self._time_store = self.stores.get(TIME_STORE)
@@ -86,6 +97,8 @@ class Task:
             self._time_saved = self._time_store.get(CLOCK_KEY)
             self.time.restore(self._time_saved)
         self.dead_letters = 0
+        for fn in self.ctx.start_listeners:  # async steps call again what their store holds in flight
+            fn()
 
     def _check_state_fits(self) -> None:
         """Each stateful step's store was written by a step of the same kind, or is new (then
@@ -130,7 +143,20 @@ class Task:
                 inputs[step.name] = build_step(step, self.ctx, down)
             else:
                 inputs[step.name] = build_step(step, self.ctx, down)
-        return handlers
+        return self._gated(handlers)
+
+    def _gated(self, handlers: dict[str, Handler]) -> dict[str, Handler]:
+        """The handler of each input whose records reach an async step waits for room in it
+        first (``AsyncOperator.wait_for_room``), or returns ``HOLD``: the record is not taken."""
+        ops = self.ctx.async_operators
+        if not ops:
+            return handlers
+        out = dict(handlers)
+        for topic, handler in handlers.items():
+            reached = tuple(op for op in ops if topic in self.pipeline.step_inputs(op.name))
+            if reached:
+                out[topic] = _gate(handler, reached)
+        return out
 
     def _source_handler(self, step: S.Source, down: S.Push) -> Handler:
         t, wm = step.topic, step.watermarks
@@ -359,6 +385,8 @@ class Task:
 
     def produce_changelogs(self, source_positions: Mapping[str, int]) -> int:
         """Checkpoint step 1: the write caches' changes to the changelogs. Returns the count."""
+        for fn in self.ctx.checkpoint_listeners:  # async steps: the records in flight into their stores
+            fn()
         if self._time_store is not None:
             snapshot = self.time.snapshot()
             if snapshot != self._time_saved:

@@ -89,6 +89,37 @@ class TaskContext(Protocol):
         """User code raised while a timer of ``step`` fired."""
         ...
 
+    calls: Any  # where async steps' calls run (framework.operators.async_io.Calls)
+    async_operators: list[Any]
+
+    def on_checkpoint(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` at each checkpoint, before the stores' changes go to the changelogs."""
+        ...
+
+    def on_start(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once the task is built and its clock restored."""
+        ...
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` when the task stops."""
+        ...
+
+    def output_watermark(self, step: str) -> int:
+        """The watermark that has left async step ``step``."""
+        ...
+
+    def advance_output(self, step: str, watermark: int) -> None:
+        """Async step ``step`` lets ``watermark`` through to the steps after it."""
+        ...
+
+    def output_idle(self, step: str, idle: bool) -> None:
+        """Async step ``step``'s output is idle or not."""
+        ...
+
+    def record_failed(self, msg: InputRecord, error: Any) -> None:
+        """A record failed outside the record loop: dead-lettered, or raised (``on_error=fail``)."""
+        ...
+
     def origin(self) -> bytes | None:
         """The input record the record in hand was made from, ``topic[partition]@offset``
         (what ``key_by`` writes in the ``fw.origin`` header)."""

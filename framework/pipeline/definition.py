@@ -15,14 +15,16 @@ object is compiled by the Kafka runtime, the TestDriver and the Spark replay.
 
 from __future__ import annotations
 
+import inspect
 import operator
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from framework.errors import PipelineError
 from framework.pipeline import steps as S
+from framework.pipeline.calls import AsyncFunction, Retry, takes_call
 from framework.pipeline.functions import CoProcessFunction, ProcessContext, ProcessFunction
 from framework.pipeline.internal import (
     DEAD_LETTER_SUFFIX,
@@ -199,6 +201,28 @@ class Pipeline:
                 out |= self.step_inputs(parent)
         return frozenset(out)
 
+    def clock_inputs(self, name: str) -> frozenset[str]:
+        """What step ``name``'s watermark is the minimum of: its input topics (``step_inputs``),
+        except that the watermark of an async step's output is its own, ``async:<step>`` (a
+        name no topic can have): a watermark leaves an async step only after every record
+        before it (docs/async.md)."""
+        step = self.steps[name]
+        if isinstance(step, S.Source):
+            return frozenset((step.topic.name,))
+        out: set[str] = set()
+        for parent in step.parents:
+            kind = self.steps[parent]
+            if isinstance(kind, S.KeyBy):
+                out.add(self.repartition_topic(parent))
+            elif isinstance(kind, S.AsyncStep):
+                out.add(async_input(parent))
+            else:
+                out |= self.clock_inputs(parent)
+        return frozenset(out)
+
+    def async_steps(self) -> list[S.AsyncStep]:
+        return [s for s in self.steps.values() if isinstance(s, S.AsyncStep)]
+
     def upstream_sources(self, name: str) -> list[S.Source]:
         step = self.steps[name]
         if isinstance(step, S.Source):
@@ -246,6 +270,11 @@ class Pipeline:
         return "\n".join(lines)
 
 
+def async_input(step: str) -> str:
+    """The clock input an async step's output watermark is (``Pipeline.clock_inputs``)."""
+    return f"async:{step}"
+
+
 class Stream:
     """A stream of (key, value, timestamp) records inside a pipeline."""
 
@@ -287,6 +316,42 @@ class Stream:
         ``value_serde`` is given; keys in ``key_serde`` (deterministic JSON by default)."""
         return self._then(S.KeyBy(self._n(name, "key_by"), (self.step,), fn, key_serde or KeySerde(), value_serde),
                           key_serde or KeySerde())
+
+    # -- calls to other services (docs/async.md) ---------------------------------------
+
+    def map_async(self, fn: Callable[..., Awaitable[Any]] | AsyncFunction, *, capacity: int = 100,
+                  timeout_ms: int = 10_000, retry: Retry | None = None, ordered: bool = True,
+                  name: str | None = None) -> Stream:
+        """Replace each value by ``await fn(value)`` (or ``fn(value, call)``, ``call`` an
+        ``AsyncCall``), with up to ``capacity`` calls in flight per task, each attempt given
+        ``timeout_ms``, failures retried as ``retry`` says. ``ordered``: outputs in input order;
+        else as calls complete, but never across a watermark. Exactly once: the records in
+        flight at a checkpoint are stored with it and called again after a restart."""
+        return self._async(fn, capacity, timeout_ms, retry, ordered, name, many=False)
+
+    def process_async(self, fn: Callable[..., Awaitable[Iterable[Any]]] | AsyncFunction, *, capacity: int = 100,
+                      timeout_ms: int = 10_000, retry: Retry | None = None, ordered: bool = True,
+                      name: str | None = None) -> Stream:
+        """As ``map_async``, with ``await fn(key, value, call)`` returning the values to emit
+        (none, one or more), each with the record's key and timestamp."""
+        return self._async(fn, capacity, timeout_ms, retry, ordered, name, many=True)
+
+    def _async(self, fn: Any, capacity: int, timeout_ms: int, retry: Retry | None, ordered: bool,
+               name: str | None, *, many: bool) -> Stream:
+        kind = "process_async" if many else "map_async"
+        step = self._n(name, kind)
+        method = type(fn).__call__ if callable(fn) else None  # a function object's: async def __call__
+        if not (inspect.iscoroutinefunction(fn) or isinstance(fn, AsyncFunction)
+                or inspect.iscoroutinefunction(method)):
+            raise PipelineError(f"step {step!r}: {kind} takes an async function (async def ...) or an "
+                                f"AsyncFunction, not {fn!r}; a function that does not await runs in .map")
+        if capacity < 1 or timeout_ms < 1:
+            raise PipelineError(f"step {step!r}: capacity={capacity} and timeout_ms={timeout_ms} must be positive")
+        with_call = takes_call(fn, 2 if many else 1)
+        if many and not with_call:
+            raise PipelineError(f"step {step!r}: process_async's function takes (key, value, call)")
+        return self._then(S.AsyncStep(step, (self.step,), fn, capacity, timeout_ms, retry or Retry.none(), ordered,
+                                      many, with_call, self.key_serde))
 
     # -- keyed state -------------------------------------------------------------------
 

@@ -113,6 +113,26 @@ class CoProcess(Step):
 
 
 @dataclass(frozen=True)
+class AsyncStep(Step):
+    """A step whose function is awaited, up to ``capacity`` records at once per task
+    (``map_async``: one output per record; ``process_async``, ``emit_many``: the values it
+    returns). ``ordered``: outputs in input order; else as calls complete, never across a
+    watermark. Its store keeps the records in flight at a checkpoint, which a restarted task
+    calls again (docs/async.md)."""
+
+    fn: Any = None  # an async function, or a framework.pipeline.calls.AsyncFunction
+    capacity: int = 100
+    timeout_ms: int = 10_000
+    retry: Any = None  # framework.pipeline.calls.Retry
+    ordered: bool = True
+    emit_many: bool = False
+    with_call: bool = False  # fn takes an AsyncCall after the record's arguments
+    key_serde: Serde = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "async"
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
 class Union(Step):
     kind: ClassVar[str] = "union"
 

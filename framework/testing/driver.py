@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from framework.engine.calls import DeferredCalls, InlineCalls
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.engine.runner import ChangelogInfo, TaskRunner
@@ -147,7 +148,13 @@ class TestDriver:
     __test__ = False
 
     def __init__(self, pipeline: Pipeline, *, partitions: int = 1, auto_checkpoint: bool = True,
-                 wall_clock_ms: int = 0) -> None:
+                 wall_clock_ms: int = 0, calls: Literal["inline", "deferred"] = "inline",
+                 fakes: Mapping[str, Any] | None = None) -> None:
+        """``calls``: how async steps' calls run. ``"inline"``: each to its end when it is made,
+        so outputs come in input order, deterministically; ``"deferred"``: they wait until
+        ``complete_calls()``, so a test can checkpoint, crash and restore with records in
+        flight. ``fakes``: a function per async step name to call instead of the step's own (a
+        fake client)."""
         self.partitions = partitions
         self.auto_checkpoint = auto_checkpoint
         self.wall_clock_ms = wall_clock_ms  # the tasks' processing time; moves only by advance_wall_clock
@@ -155,6 +162,7 @@ class TestDriver:
         self.backend = MemoryBackend()
         self.positions: dict[TP, int] = {}
         self.committed: dict[TP, int] = {}
+        self._deferred, self._fakes = calls == "deferred", dict(fakes or {})
         self._start(pipeline)
 
     def _start(self, pipeline: Pipeline, crash_at: str | None = None) -> None:
@@ -162,8 +170,9 @@ class TestDriver:
         self.pipeline = pipeline
         self.inputs = pipeline.input_topics()
         self._crash_at = crash_at
+        self.calls = DeferredCalls(self._fakes) if self._deferred else InlineCalls(self._fakes)
         self.runner = TaskRunner(pipeline, self.backend, self.topics, partitions=self.partitions,
-                                 now_ms=lambda: self.wall_clock_ms, fault=self._fault)
+                                 now_ms=lambda: self.wall_clock_ms, fault=self._fault, calls=self.calls)
         for p in range(self.partitions):
             changelogs = {}
             for store in self.pipeline.store_names():
@@ -273,6 +282,20 @@ class TestDriver:
                     progressed = True
         return self.runner.end_batch() or progressed  # the end of a batch: watermarks go downstream
 
+    # -- async steps -------------------------------------------------------------------
+
+    def complete_calls(self) -> int:
+        """Run the async steps' calls waiting (``calls="deferred"``), oldest first, and process
+        their results as a batch's; how many ran."""
+        n = self.calls.run() if isinstance(self.calls, DeferredCalls) else 0
+        self.runner.complete()
+        self._settle()
+        return n
+
+    def calls_in_flight(self) -> dict[str, int]:
+        """Records in flight per async step (waiting for ``complete_calls`` when deferred)."""
+        return self.runner.in_flight()
+
     # -- time ----------------------------------------------------------------------------
 
     def advance_watermark(self, watermark: int, *, topic: str | None = None, partition: int | None = None) -> None:
@@ -307,7 +330,7 @@ class TestDriver:
     def watermark(self, step: str, *, partition: int = 0) -> int:
         """The current watermark of ``step`` in the task of ``partition``."""
         task = self.runner.tasks[partition]
-        return task.time.clock(self.pipeline.step_inputs(step)).watermark
+        return task.time.clock(self.pipeline.clock_inputs(step)).watermark
 
     def timers(self, step: str, *, domain: str = "event") -> list[tuple[int, Any]]:
         """Pending timers of ``step`` as ``(timestamp, key)``, in firing order, over all tasks."""
