@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import math
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
@@ -29,7 +28,6 @@ Done = Callable[[bool, Any], None]
 class _Fakes:
     def __init__(self, fakes: Mapping[str, Any] | None) -> None:
         self.fakes = dict(fakes or {})
-        self.until = math.inf
 
     def function(self, step: str, fn: Any) -> Any:
         return self.fakes.get(step, fn)

@@ -169,16 +169,29 @@ class TaskRunner:
         order, and processed first by the next call. A checkpoint meanwhile commits a held
         partition's position at its first held record (``checkpoint``), so the deadline is
         kept however slow a step is, within about one record's time."""
-        if self.calls is not None:
-            self.calls.until = until  # how long a full async step waits for room
-        if self.held:
-            return self._process_held(records, unrouted, failed, until)
-        return self._run(records, unrouted, failed, until)
+        n = self._process_held(records, unrouted, failed, until) if self.held else \
+            self._run(records, unrouted, failed, until)
+        if self.held and self.calls is not None:
+            n += self._wait_for_room(unrouted, failed, until)
+        return n
+
+    def _wait_for_room(self, unrouted: Callable[[InputRecord], None] | None,
+                       failed: Callable[[InputRecord], None] | None, until: float) -> int:
+        """Records wait whose async steps are full: as calls complete, their results go out and
+        the held records go in, until none is held or the deadline passes."""
+        calls, n = self.calls, 0
+        assert calls is not None
+        while self.held and (left := until - time.monotonic()) > 0:
+            calls.wait(min(left, 1.0))
+            calls.dispatch()
+            n += self._process_held([], unrouted, failed, until)
+        return n
 
     def _run(self, records: Sequence[InputRecord], unrouted: Callable[[InputRecord], None] | None,
              failed: Callable[[InputRecord], None] | None, until: float) -> int:
-        routes, fail, clock, n, taken = self.routes, self.fail_on_error, time.monotonic, 0, 0
+        routes, fail, clock, n, taken, held = self.routes, self.fail_on_error, time.monotonic, 0, 0, self.held
         skipped: set[TP] = set()
+        blocked: set[TP] = set()  # partitions whose async step is full: their records wait in ``held``
         self.since = clock()
         try:
             for msg in records:
@@ -188,6 +201,9 @@ class TaskRunner:
                         failed(msg)
                     continue
                 tp = (msg.topic(), msg.partition())
+                if blocked and tp in blocked:
+                    held[tp].append(msg)
+                    continue
                 route = routes.get(tp)
                 if route is None:
                     if unrouted is not None and tp not in skipped:
@@ -201,9 +217,9 @@ class TaskRunner:
                     if not taken_up:
                         n += 1
                         cell[0] += 1
-                    elif taken_up is HOLD:  # its async step stayed full until the deadline: held
-                        taken -= 1
-                        break
+                    elif taken_up is HOLD:  # its async step is full: it waits, and its partition's next ones
+                        blocked.add(tp)
+                        held.setdefault(tp, []).append(msg)
                     # else True: a watermark control record, not a record
                 except RecordError as err:
                     if fail:
@@ -228,7 +244,7 @@ class TaskRunner:
         still holds some go after them)."""
         held, self.held, n = self.held, {}, 0
         for tp, msgs in held.items():
-            if self.held or time.monotonic() >= until:  # the deadline passed: hold the rest as it was
+            if time.monotonic() >= until:  # the deadline passed: hold the rest as it was
                 self.held.setdefault(tp, []).extend(msgs)
             else:
                 n += self._run(msgs, unrouted, failed, until)
@@ -288,15 +304,21 @@ class TaskRunner:
         open interval). True when there were any."""
         return self.calls is not None and self.calls.dispatch() > 0
 
-    def settle(self) -> None:
-        """Wait until no async step of any task has a record in flight (a Spark task, before
-        it commits a batch's outputs)."""
+    def settle(self, timeout_s: float = math.inf) -> bool:
+        """Wait, at most ``timeout_s``, until no async step of any task has a record in flight
+        (a Spark task before it commits a batch's outputs; a member that stops); whether none
+        has."""
         calls = self.calls
         if calls is None:
-            return
+            return True
+        deadline = time.monotonic() + timeout_s
         while any(op.pending for task in self.tasks.values() for op in task.ctx.async_operators):
-            calls.wait(1.0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            calls.wait(min(left, 1.0))
             calls.dispatch()
+        return True
 
     def in_flight(self) -> dict[str, int]:
         """Records in flight per async step, over the running tasks."""

@@ -51,7 +51,7 @@ def _wall_ms() -> int:
 def _gate(handler: Handler, ops: tuple[Any, ...]) -> Handler:
     def gated(msg: InputRecord) -> Any:
         for op in ops:
-            if op.pending >= op.capacity and not op.wait_for_room():
+            if op.pending >= op.capacity:
                 return HOLD
         return handler(msg)
 
@@ -146,8 +146,8 @@ class Task:
         return self._gated(handlers)
 
     def _gated(self, handlers: dict[str, Handler]) -> dict[str, Handler]:
-        """The handler of each input whose records reach an async step waits for room in it
-        first (``AsyncOperator.wait_for_room``), or returns ``HOLD``: the record is not taken."""
+        """The handler of each input whose records reach an async step returns ``HOLD`` while
+        the step is full: the record is not taken (``TaskRunner.process`` holds it)."""
         ops = self.ctx.async_operators
         if not ops:
             return handlers

@@ -136,6 +136,17 @@ class Metrics:
         self.restore_remaining = family("fw_restore_remaining_records", "Changelog records a restore "
                                         "still has to apply (Kafka Streams: restore-remaining-records-total).",
                                         ("store", "partition"))
+        self.async_in_flight = family("fw_async_in_flight", "Records in flight in an async step (called, "
+                                      "not yet emitted), per step.", ("step",))
+        self.async_call_seconds = Histogram(
+            "fw_async_call_seconds", "Time of each call attempt of an async step, per step.", ("step",),
+            registry=reg, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.async_retries = counter("fw_async_retries", "Calls of an async step made again (Retry), per step.",
+                                     ("step",))
+        self.async_timeouts = counter("fw_async_timeouts", "Call attempts of an async step past its "
+                                      "timeout_ms, per step.", ("step",))
+        self.async_failures = counter("fw_async_failures", "Records whose call failed for good (dead "
+                                      "letters, or the service stopped with on_error=fail), per step.", ("step",))
         self.tasks = family("fw_tasks", "Tasks of the member by state.", ("state",))
         self.ready = gauge("fw_ready", "1 when every assigned task is restored and processing.",
                            ("instance",), "livemax")

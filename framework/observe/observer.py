@@ -135,7 +135,9 @@ class Observer:
             self._copy(m.produced, (topic,), n)
         counters = runner.metrics()
         self._copy(m.dead_letters, (), counters.get("dead_letters", 0))
-        by_step = {"late_records": m.late, "unmatched": m.unmatched, "expired_records": m.expired}
+        by_step = {"late_records": m.late, "unmatched": m.unmatched, "expired_records": m.expired,
+                   "async_retries": m.async_retries, "async_timeouts": m.async_timeouts,
+                   "async_failures": m.async_failures}
         for name, n in counters.items():
             kind, _, step = name.partition(".")
             if step and kind in by_step:
@@ -147,6 +149,12 @@ class Observer:
         for event, n in svc.rebalances.items():
             self._copy(m.rebalances, (event,), n)
         self._copy(m.stalls, (), svc.stall_warnings)
+        if runner.calls is not None:
+            m.async_in_flight.update({(step,): n for step, n in runner.in_flight().items()})
+            for step, seconds in runner.take_call_latencies().items():
+                histogram = m.async_call_seconds.labels(step)
+                for took in seconds:
+                    histogram.observe(took)
         slow = getattr(svc, "slow", None)
         if slow is not None:
             self._copy(m.slow_records, (), slow.warnings)
@@ -252,6 +260,7 @@ class Observer:
                          "rebalances": sum(svc.rebalances.values()), "stall_warnings": svc.stall_warnings,
                          "slow_records": slow.warnings if slow is not None else 0,
                          "held_records": runner.held_records,
+                         "async_in_flight": runner.in_flight() if runner.calls is not None else {},
                          "transaction_aborts": svc.output.aborts},
         }
         self._sample = {"t": round(wall, 3), "rate": round(self.rate, 1), "lag": lag_total,

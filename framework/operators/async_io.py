@@ -12,9 +12,9 @@ are touched by one thread only.
   steps after it) only after every record that came before it, and a record that came after
   it only after it (records are grouped in segments between watermarks).
 - **Capacity**: at most ``capacity`` records not yet emitted per task. A record that would
-  reach a full step is not handed to the task (``gate``): the task waits for room until the
-  record's deadline (the next checkpoint), then it is held for the next round
-  (``TaskRunner.process``), so the member comes round, checkpoints and reports while a
+  reach a full step is not handed to the task (``HOLD``): ``TaskRunner.process`` holds it and
+  its partition's next records, goes on with the other partitions, and waits for room until
+  the next checkpoint is due; then the member comes round, checkpoints and reports while a
   service it calls is slow or away.
 - **Exactly once**: the records in flight at a checkpoint are written to the step's store
   (state ``inflight``, key: the record's key, then the sequence number) with the checkpoint;
@@ -51,8 +51,6 @@ record's deadline (``TaskRunner.process`` holds it and the rest of its partition
 
 class Calls(Protocol):
     """Where an engine runs the async steps' calls (``framework.engine.calls``)."""
-
-    until: float  # the monotonic deadline of the record being processed: a full step waits no longer
 
     def submit(self, coro: Coroutine[Any, Any, Any], done: Callable[[bool, Any], None]) -> Callable[[], Any]:
         """Run ``coro``; ``done(ok, result or exception)`` is called on the task's thread, by
@@ -156,21 +154,6 @@ class AsyncOperator:
             seg = entry.segment = self.segments[-1]
             seg.pending[entry.seq] = entry
         entry.cancel = self.calls.submit(self._attempts(entry), lambda ok, result: self._done(entry, ok, result))
-
-    def full(self) -> bool:
-        return self.pending >= self.capacity
-
-    def wait_for_room(self) -> bool:
-        """Wait (dispatching completions) until the step has room or the record's deadline
-        passed; whether it has room."""
-        calls = self.calls
-        while self.pending >= self.capacity:
-            left = calls.until - time.monotonic()
-            if left <= 0:
-                return False
-            calls.wait(min(left, 1.0))
-            calls.dispatch()
-        return True
 
     # -- the call, on the calls' event loop ------------------------------------------------
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from framework.config import Config, Guarantee, OnError
+from framework.engine.calls import CallLoop
 from framework.engine.context import InputRecord
 from framework.engine.runner import TaskRunner
 from framework.errors import (
@@ -64,6 +65,7 @@ log = logging.getLogger("framework.runtime")
 _STALL_DETAIL = 8  # partitions described (one broker request each) in a stall warning
 _STANDBY_BATCH = 5_000  # changelog records a standby applies per round of the loop, at most
 _STANDBY_WAIT_S = 0.01  # how long a round waits for them when the input is idle: what it adds to latency
+_SETTLE_AT_STOP_S = 5.0  # how long a stopping member waits for its async steps' calls in flight
 
 
 class Service:
@@ -182,7 +184,8 @@ class Service:
                                       leave_on_close=cfg.processing.leave_group_on_shutdown,
                                       stats_interval_ms=cfg.observe.interval_ms if client_id else 0)
         self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
-                                 fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point)
+                                 fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point,
+                                 calls=CallLoop() if self.pipeline.async_steps() else None)
         # No re-bootstrap when every broker is down (a one-broker cluster restarting): an admin
         # request made after librdkafka retired its broker handles aborts the process in
         # librdkafka 2.16 (rd_kafka_enq_once_del_source_return: eonce->refcnt > 0), as the
@@ -225,6 +228,8 @@ class Service:
             self._loop(until)
             if self.observer is not None:
                 self.observer.state = "stopping"
+            # what is in flight in async steps completes, briefly, rather than being called again at start
+            self.runner.settle(_SETTLE_AT_STOP_S)
             if self.checkpointer.broken is not None:
                 log.warning("stopping while the last checkpoint interval could not complete (%s): what was "
                             "processed since the last checkpoint is processed again when the member starts",
@@ -285,7 +290,7 @@ class Service:
         next_observe = time.monotonic() + observe_s if obs is not None else float("inf")
         if obs is not None:
             obs.heartbeat, obs.looping = time.monotonic(), True
-        standby, global_reader, holds = self.standby, self.global_reader, self.holds
+        standby, global_reader, holds, calls = self.standby, self.global_reader, self.holds, runner.calls
         while not self._stop and (until is None or not until(self)):
             if self._recovering():  # a broken checkpoint or an unreachable cluster: nothing else runs
                 continue
@@ -322,6 +327,9 @@ class Service:
                 runner.end_batch()  # watermarks leave at the end of each batch, in its transaction
                 ckpt.dirty = True
                 poll()
+            if calls is not None and runner.complete():  # async steps' results go out in this interval
+                runner.end_batch()
+                ckpt.dirty = True
             elif now >= stall_check:
                 stall_check = now + stall_s
                 self._warn_if_stalled(stall_s)

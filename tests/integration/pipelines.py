@@ -9,7 +9,7 @@ import importlib
 import os
 from collections.abc import Callable
 
-from framework.pipeline import Pipeline, Topic
+from framework.pipeline import AsyncCall, AsyncFunction, Pipeline, Retry, Topic
 from framework.serde import AvroSerde, JsonSerde, StringSerde, load_schema
 
 
@@ -689,4 +689,48 @@ def slow_spend() -> Pipeline:
     checked = spend.key_by(lambda r: r["user"], name="by-user").map(_check_spend, name="check")
     checked.to(Topic(f"checked-{s}"))
     checked.sum(lambda r: r["amount"], name="totals").to(Topic(f"totals-{s}"))
+    return p
+
+
+class NoPrice(Exception):
+    """The price service has no price for the article: asking again cannot help."""
+
+
+class PriceLookup(AsyncFunction):
+    """The price of each order from the HTTP service at ``url`` (tests/integration/price_service.py),
+    one aiohttp session per task."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def open(self) -> None:
+        import aiohttp
+
+        self.session = aiohttp.ClientSession()
+
+    async def __call__(self, order: dict, call: AsyncCall) -> dict:
+        async with self.session.get(f"{self.url}/price", params={"n": str(order["n"])},
+                                    headers={"Idempotency-Key": call.idempotency_key}) as resp:
+            body = await resp.json()
+            if resp.status == 500:
+                raise NoPrice(body["error"])
+            if resp.status != 200:
+                raise ConnectionError(f"price service answered {resp.status}: {body['error']}")
+            return {**order, "price": body["price"]}
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+def http_priced_orders() -> Pipeline:
+    """Orders (``orders-<suffix>``, JSON ``{"n"}``, 4 partitions) priced by the HTTP service at
+    ``PRICE_URL`` in an async step (``FW_TEST_ORDERED``: 1 ordered, 0 unordered), to
+    ``priced-<suffix>``. An attempt gets 500 ms; transient failures are retried for about 50 s
+    (a service away for 20 s is waited out); an article without a price is a dead letter."""
+    s = _suffix()
+    p = Pipeline(f"priced-{s}")
+    orders = p.source(Topic(f"orders-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=4))
+    orders.map_async(PriceLookup(os.environ["PRICE_URL"]), capacity=50, timeout_ms=500,
+                     retry=Retry.exponential(20, 50, 4000, on_exception=lambda e: not isinstance(e, NoPrice)),
+                     ordered=os.environ.get("FW_TEST_ORDERED", "1") == "1", name="price").to(Topic(f"priced-{s}"))
     return p
