@@ -127,6 +127,9 @@ def run_job(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[
 @click.option("--allow-nondeterministic", is_flag=True,
               help="Replay a pipeline with steps whose results replay cannot reproduce, or whose input the data "
                    "shows live processing could interleave otherwise (docs/replay.md).")
+@click.option("--allow-calls", is_flag=True,
+              help="Replay a pipeline whose async steps call other services: every record of the range is "
+                   "called again, answered as the services answer now (docs/replay.md).")
 @click.option("--reader", type=click.Choice(["auto", "spark", "librdkafka"]), default="auto", show_default=True,
               help="How the topics are read: Spark's Kafka source, or each Spark task reads its partitions "
                    f"with the framework's own Kafka client (librdkafka; less CPU); auto: librdkafka for at most "
@@ -138,8 +141,8 @@ def run_job(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[
                    "(a backfill run afterwards writes everything again).")
 @_spark_options
 def replay(target: str, start: str, end: str, archive: str | None, output: str, output_suffix: str, bootstrap: bool,
-           commit_every: int, commit_interval: float, batch_size: int, allow_nondeterministic: bool, reader: str,
-           again: bool, clean: bool, master: str, confs: tuple[str, ...], dry_run: bool,
+           commit_every: int, commit_interval: float, batch_size: int, allow_nondeterministic: bool,
+           allow_calls: bool, reader: str, again: bool, clean: bool, master: str, confs: tuple[str, ...], dry_run: bool,
            config_file: str | None) -> None:
     """Run the pipeline TARGET (module:pipeline) over history on Spark, as the live service
     would: backfill its outputs, and/or bootstrap its state for the live service. A backfill
@@ -166,6 +169,13 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
         lines = "\n".join(f"  {i}" for i in issues)
         raise click.UsageError(f"replay cannot reproduce what {target} computes:\n{lines}\nPass "
                                "--allow-nondeterministic to replay it anyway (what it reproduces: docs/replay.md)")
+    calls = [s.name for s in pipeline.async_steps()]
+    if calls and not allow_calls:
+        raise click.UsageError(
+            f"{target} calls other services in its async steps ({', '.join(calls)}): a replay calls them again for "
+            "every record of the range, as fast as Spark's tasks go (each at most its step's capacity at once), "
+            "and its results are what the services answer now, not what they answered then. Pass --allow-calls "
+            "to replay it (docs/replay.md, \"Pipelines that call other services\")")
     store_stages(pipeline)  # refuses a step fed by several stages
     if not dry_run:
         environment()  # Java and Spark: a missing one is said before any work on the cluster

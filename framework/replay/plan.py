@@ -89,6 +89,8 @@ def check_contract(pipeline: Pipeline) -> list[ContractIssue]:
     for step in pipeline.steps.values():
         if isinstance(step, S.WindowStep) and getattr(step.windows, "clock", "event") == "processing":
             issues.append(ContractIssue(step.name, "processing-time windows fire on the wall clock"))
+        if isinstance(step, S.AsyncStep) and not step.ordered:
+            issues.append(ContractIssue(step.name, "an unordered async step emits as its calls complete"))
         if isinstance(step, S.GlobalTableJoin) and not step.by_event_time:
             issues.append(ContractIssue(step.name, f"it joins the latest row of global table {step.table!r}, which "
                                                    "depends on when the table's updates arrived"))

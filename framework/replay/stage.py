@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from framework.engine.calls import CallLoop
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.engine.runner import TaskRunner
@@ -185,8 +186,10 @@ class StageTask:
         outputs = {t: plan.renamed(t) for t in output_topics(pipeline)}
         self.output = StageOutput(next_topics, outputs, plan.partitions, pid)
         self.output.keep = keep_outputs
+        # async steps' calls on an event loop thread of the task, as live; a batch's calls all
+        # complete before its outputs are taken (and committed), so a retried task writes nothing twice
         self.runner = TaskRunner(pipeline, MemoryBackend(), self.output, partitions=plan.partitions,
-                                 now_ms=lambda: 0)
+                                 now_ms=lambda: 0, calls=CallLoop() if pipeline.async_steps() else None)
         self.global_reader = global_reader
         self.task: Any = None  # started by ``run``, once it knows where the outputs go
         self.carried: dict[str, Any] | None = None
@@ -213,6 +216,7 @@ class StageTask:
                 assert self.writer is not None
                 output.sink = self.writer.produce if done + len(batch) > skip else None
             self.runner.process(batch)
+            self.runner.settle()
             self.runner.end_batch()
             done += len(batch)
             since_commit += len(batch)

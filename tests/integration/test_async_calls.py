@@ -196,3 +196,42 @@ def test_a_member_rides_out_its_service_away_for_20_s(
         priced.close()
         assert svc.stop() == 0, svc.log_text()
     audit(kafka_bootstrap, unique, True, 2 * ORDERS)
+
+
+def test_a_replay_calls_the_service_again_and_equals_the_live_run(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, price_service: PriceService,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused without --allow-calls (it calls the service again for every record); with it,
+    the calls are made from the Spark tasks and the outputs and dead letters are the live run's."""
+    from tests.integration.pipelines import http_priced_orders
+    from tests.integration.replay_harness import (
+        Results,
+        assert_same,
+        fw_replay,
+        parquet_outputs,
+        results,
+    )
+
+    n = 600
+    produce_orders(kafka_bootstrap, unique, range(n))
+    svc = member(kafka_bootstrap, unique, tmp_path, price_service, True).start()
+    try:
+        wait_until(outputs_complete(kafka_bootstrap, unique, n), 300, "every order priced or dead-lettered",
+                   svc.log_text)
+    finally:
+        assert svc.stop() == 0, svc.log_text()
+    env = {"FW_BOOTSTRAP_SERVERS": kafka_bootstrap, "FW_TEST_SUFFIX": unique, "PRICE_URL": price_service.url}
+    out = tmp_path / "replayed"
+    refused = fw_replay(["replay", TARGET, "--output", f"parquet:{out}"], env)
+    assert refused.returncode == 2, refused.stderr
+    assert "calls other services in its async steps (price)" in refused.stderr and "--allow-calls" in refused.stderr
+    done = fw_replay(["replay", TARGET, "--output", f"parquet:{out}", "--allow-calls"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    pipeline = http_priced_orders()
+    live = results(kafka_bootstrap, pipeline)
+    assert_same(pipeline, live, Results(parquet_outputs(out, pipeline), live.state))
+    calls = present(price_service.stats())
+    keys = [f"priced-{unique}/price/orders-{unique}[{i % 4}]@{i // 4}" for i in range(n)]
+    assert all(calls[k] >= 2 for k in keys), "each record called live, then again by the replay"
