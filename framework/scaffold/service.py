@@ -23,7 +23,7 @@ from framework.scaffold import compose, prometheus
 from framework.scaffold.names import ServiceNames, service_names
 from framework.scaffold.render import Changes, FileSet, render_tree
 
-TEMPLATES = ("stateless", "keyed", "windowed", "join", "process", "enrich")
+TEMPLATES = ("stateless", "keyed", "windowed", "join", "process", "enrich", "lookup")
 DEFAULT_TEMPLATE = "keyed"
 COMPOSE = "docker-compose.yml"
 PROMETHEUS = prometheus.PROMETHEUS

@@ -225,7 +225,7 @@ def test_every_avro_topic_of_a_generated_service_is_single_object(tmp_path: Path
     assert done.returncode == 0, done.stderr
     rows = [line.split(" ", 4) for line in done.stdout.splitlines()]
     topics = {(package, topic) for package, topic, *_ in rows}
-    assert len(topics) == 15  # 2 per template, 3 for join and enrich, a late topic for windowed
+    assert len(topics) == 17  # 2 per template, 3 for join and enrich, a late topic for windowed
     assert all(side == "value" and encoding == "single-object" for _, _, side, encoding, _ in rows), rows
     assert all(serde.startswith("Avro (single-object, schema gen_") for *_, serde in rows), rows
 
