@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import threading
 from collections.abc import Callable, Coroutine, Mapping
-from concurrent.futures import Future
 from typing import Any
 
+log = logging.getLogger("framework.calls")
 Done = Callable[[bool, Any], None]
+_GATHER_S = 0.001  # completions gathered before the task's thread is woken: one wake-up for many
 
 
 class _Fakes:
@@ -33,16 +35,33 @@ class _Fakes:
         return self.fakes.get(step, fn)
 
 
+class _Call:
+    """One call submitted to a ``CallLoop``: its task once the loop has started it."""
+
+    __slots__ = ("cancelled", "coro", "done", "task")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], done: Done) -> None:
+        self.coro, self.done = coro, done
+        self.task: asyncio.Task[Any] | None = None
+        self.cancelled = False
+
+
 class CallLoop(_Fakes):
-    """The calls of one process's async steps on an event loop thread (started at the first)."""
+    """The calls of one process's async steps on an event loop thread (started at the first).
+
+    Calls made while the task's thread processes a batch are handed to the loop together
+    (``flush``, one wake-up of the loop for all of them); each completion is queued for
+    ``dispatch``, and the first of a run of them wakes a ``wait``."""
 
     def __init__(self, fakes: Mapping[str, Any] | None = None) -> None:
         super().__init__(fakes)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._done: collections.deque[tuple[Done, Future[Any]]] = collections.deque()
+        self._new: list[_Call] = []  # submitted, not yet handed to the loop
+        self._done: collections.deque[_Call] = collections.deque()
         self._event = threading.Event()
-        self._futures: set[Future[Any]] = set()
+        self._live: set[_Call] = set()
+        self._tasks: dict[asyncio.Task[Any], _Call] = {}  # on the loop's thread: the call of each task
 
     def _start(self) -> asyncio.AbstractEventLoop:
         loop = self._loop = asyncio.new_event_loop()
@@ -51,48 +70,90 @@ class CallLoop(_Fakes):
         return loop
 
     def submit(self, coro: Coroutine[Any, Any, Any], done: Done) -> Callable[[], Any]:
+        call = _Call(coro, done)
+        self._new.append(call)
+        self._live.add(call)
+        return lambda: self._cancel(call)
+
+    def flush(self) -> None:
+        """Hand the calls submitted since the last flush to the loop, in one wake-up."""
+        if not self._new:
+            return
+        batch, self._new = self._new, []
         loop = self._loop or self._start()
-        future = asyncio.run_coroutine_threadsafe(coro, loop)
-        self._futures.add(future)
+        loop.call_soon_threadsafe(self._begin, loop, batch)
 
-        def finished(f: Future[Any]) -> None:  # on the loop's thread
-            self._done.append((done, f))
-            self._event.set()
+    def _begin(self, loop: asyncio.AbstractEventLoop, batch: list[_Call]) -> None:  # on the loop's thread
+        for call in batch:
+            if call.cancelled:
+                call.coro.close()
+                continue
+            call.task = task = loop.create_task(call.coro)
+            self._tasks[task] = call
+            task.add_done_callback(self._finished)
 
-        future.add_done_callback(finished)
-        return future.cancel
+    def _finished(self, task: asyncio.Task[Any]) -> None:  # on the loop's thread
+        call = self._tasks.pop(task)
+        first = not self._done
+        self._done.append(call)
+        if first:  # the task's thread is woken once for the completions of the next moment
+            asyncio.get_running_loop().call_later(_GATHER_S, self._event.set)
+
+    def _cancel(self, call: _Call) -> None:
+        call.cancelled = True
+        self._live.discard(call)
+        task, loop = call.task, self._loop
+        if task is not None and loop is not None:
+            loop.call_soon_threadsafe(task.cancel)
 
     def wait(self, timeout_s: float) -> None:
+        self.flush()
         if self._done:
             return
         self._event.wait(timeout_s)
         self._event.clear()
 
     def dispatch(self) -> int:
+        self.flush()
         n = 0
         queue = self._done
         while queue:
-            done, future = queue.popleft()
-            self._futures.discard(future)
-            if future.cancelled():
+            call = queue.popleft()
+            self._live.discard(call)
+            task = call.task
+            if call.cancelled or task is None or task.cancelled():
                 continue
-            exc = future.exception()
+            exc = task.exception()
             if exc is None:
-                done(True, future.result())
+                call.done(True, task.result())
             else:
-                done(False, exc)
+                call.done(False, exc)
             n += 1
         return n
 
-    def close(self) -> None:
-        """Cancel what is in flight and stop the loop's thread."""
-        for future in list(self._futures):
-            future.cancel()
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Let what the steps handed it last (their functions' ``close``) finish, for at most
+        ``timeout_s``, then stop the loop's thread; calls still in flight are cancelled."""
+        self.flush()
         loop, self._loop = self._loop, None
-        if loop is not None and self._thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(10)
-            loop.close()
+        if loop is None or self._thread is None:
+            return
+        left = [c.task for c in self._live if c.task is not None and not c.cancelled]
+
+        async def finish() -> None:
+            if left:
+                await asyncio.wait(left, timeout=timeout_s)
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        try:
+            asyncio.run_coroutine_threadsafe(finish(), loop).result(timeout_s + 5)
+        except Exception as exc:  # noqa: BLE001 - stopping anyway
+            log.debug("the calls' loop did not finish its last calls: %s", exc)
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(10)
+        loop.close()
 
 
 class InlineCalls(_Fakes):
@@ -113,6 +174,9 @@ class InlineCalls(_Fakes):
     def submit(self, coro: Coroutine[Any, Any, Any], done: Done) -> Callable[[], Any]:
         self._run(coro, done)
         return lambda: None
+
+    def flush(self) -> None:
+        pass
 
     def wait(self, timeout_s: float) -> None:
         pass

@@ -171,8 +171,10 @@ class TaskRunner:
         kept however slow a step is, within about one record's time."""
         n = self._process_held(records, unrouted, failed, until) if self.held else \
             self._run(records, unrouted, failed, until)
-        if self.held and self.calls is not None:
-            n += self._wait_for_room(unrouted, failed, until)
+        if self.calls is not None:
+            self.calls.flush()  # the batch's calls start together
+            if self.held:
+                n += self._wait_for_room(unrouted, failed, until)
         return n
 
     def _wait_for_room(self, unrouted: Callable[[InputRecord], None] | None,

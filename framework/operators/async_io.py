@@ -69,6 +69,11 @@ class Calls(Protocol):
         """What step ``step`` calls: ``fn``, or a test's stand-in for it."""
         ...
 
+    def flush(self) -> None:
+        """Start the calls submitted so far (an engine may gather them; ``wait`` and
+        ``dispatch`` flush too)."""
+        ...
+
     def close(self) -> None:
         """Cancel what is in flight: the engine stops."""
         ...
@@ -175,7 +180,8 @@ class AsyncOperator:
                     awaitable = fn(entry.key, entry.value, call)
                 else:
                     awaitable = fn(entry.value, call) if step.with_call else fn(entry.value)
-                result = await asyncio.wait_for(awaitable, timeout)
+                async with asyncio.timeout(timeout):
+                    result = await awaitable
             except Exception as exc:
                 entry.latencies.append(time.perf_counter() - began)
                 if isinstance(exc, TimeoutError):
