@@ -3,12 +3,12 @@ transaction means (docs/operations.md, "Slow steps").
 
 The member's loop checkpoints on time, not per batch (``TaskRunner.process`` holds what is
 left when a checkpoint is due), so only one record that takes long can keep a transaction
-open. A ``SlowRecords`` watchdog thread looks at the record in hand (``runner.in_hand``, since
-``runner.since``) a few times a second, and at nothing on the hot path:
+open. A ``SlowRecords`` watchdog thread looks at the record in hand (``runner.in_hand``) a few
+times a second, and at nothing on the hot path:
 
 - a record in a step for ``warn_after_s`` or more: one WARNING naming the step (the user
   function on the loop's stack, from a sample of it), the record (``topic[partition]@offset``)
-  and the time so far;
+  and the time so far (from the first look that found it in hand);
 - a record still in hand when its transaction is older than ``kafka.transaction_timeout_ms``:
   the broker aborts that transaction, so nothing of the interval can commit. ``overdue`` then
   holds the line that ends the member (``Service.run`` raises it in place of the client error
@@ -51,7 +51,9 @@ class SlowRecords:
         self.steps = user_code(pipeline)
         self.warnings = 0  # slow records reported (``fw_slow_records_total``)
         self.overdue: str | None = None  # the line that ends the member (see the module docstring)
-        self._warned: tuple[int, float] | None = None  # the record warned about: (id, since)
+        self._seen: Any = None  # the record in hand at the last look, and the time of the first look at it
+        self._since = 0.0
+        self._warned: Any = None  # the record warned about
         self._overdue_since = 0.0  # the transaction ``overdue`` is about
         self._main = threading.main_thread().ident
         self._stop = threading.Event()
@@ -75,14 +77,18 @@ class SlowRecords:
                 log.debug("slow-record watchdog", exc_info=True)
 
     def check(self, now: float) -> None:
-        """One look at the record in hand (called by the thread; a test may call it)."""
-        since, msg = self.runner.since, self.runner.in_hand
-        if msg is None or since != self.runner.since:
-            return  # idle, or the next record began between the two reads
-        took = now - since
-        record = (id(msg), since)
-        if took >= self.warn_after_s and self._warned != record:
-            self._warned = record
+        """One look at the record in hand (called by the thread; a test may call it). A record
+        is timed from the first look that found it in hand, so the time is short by at most one
+        look's period: the loop pays nothing for it."""
+        msg = self.runner.in_hand
+        if msg is not self._seen:
+            self._seen, self._since = msg, now
+            return
+        if msg is None:
+            return
+        took = now - self._since
+        if took >= self.warn_after_s and self._warned is not msg:
+            self._warned = msg
             self.warnings += 1
             step, where = self.locate()
             log.warning("record %s has been in step %s for %.1f s%s: the member checkpoints on time, but this "
@@ -103,12 +109,14 @@ class SlowRecords:
                 "step faster or give its calls a timeout, or raise kafka.transaction_timeout_ms above the slowest record's time (the "
                 "broker caps it at transaction.max.timeout.ms, 900000 by default)")
 
-    def busy(self, limit_s: float) -> str | None:
+    def busy(self, limit_s: float, now: float | None = None) -> str | None:
         """What holds the loop when one record does, for no longer than ``limit_s`` and with
         its transaction not yet overdue (``/health``: busy, not stalled); else None."""
-        msg, since = self.runner.in_hand, self.runner.since
-        took = time.monotonic() - since
-        if msg is None or self.overdue is not None or took > limit_s:
+        msg = self.runner.in_hand
+        if msg is None or msg is not self._seen or self.overdue is not None:
+            return None
+        took = (time.monotonic() if now is None else now) - self._since
+        if took > limit_s:
             return None
         return f"record {coordinates(msg)} has been in the pipeline's steps for {took:.1f} s"
 

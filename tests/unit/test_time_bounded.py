@@ -19,13 +19,27 @@ from framework.state.memory import MemoryBackend
 
 
 class Clock:
-    """The runner's monotonic clock, moved by the step itself: each record takes ``step`` s."""
+    """The runner's monotonic clock, moved by the step itself, and its alarm (``_Alarm``): due
+    once the clock passes the deadline set last."""
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.until = float("inf")
+        self.due = [False]
 
     def monotonic(self) -> float:
         return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.due[0] = self.now >= self.until
+
+    def set(self, until: float) -> None:
+        self.until = until
+        self.due[0] = self.now >= until
+
+    def close(self) -> None:
+        pass
 
 
 class Sent:
@@ -60,13 +74,14 @@ def slow_runner(clock: Clock, seconds_per_record: float) -> tuple[TaskRunner, Se
     p = Pipeline("slow", partitions=2)
 
     def check(v: dict[str, Any]) -> dict[str, Any]:
-        clock.now += seconds_per_record  # the step's work: what the clock shows after it
+        clock.advance(seconds_per_record)  # the step's work: what the clock shows after it
         return {**v, "checked": True}
 
     p.source(Topic("in", key_serde=StringSerde(), value_serde=JsonSerde())).map(check, name="check").to(
         Topic("out", key_serde=StringSerde(), value_serde=JsonSerde()))
     sent = Sent()
     runner = TaskRunner(p, MemoryBackend(), sent, partitions=2)
+    runner._alarm = clock  # type: ignore[assignment]  # the deadline by this clock, not by the thread
     runner.start(0)
     runner.start(1)
     return runner, sent
@@ -163,16 +178,17 @@ def test_the_watchdog_names_the_step_the_record_and_the_time(caplog: pytest.LogC
 
     def watch() -> None:
         started.wait(30)
-        since = began[0] = runner.since
+        since = began[0] = 1000.0
+        slow.check(since)  # the first look that finds the record in hand
         slow.check(since + 4.0)  # below the threshold: nothing yet
         seen["quiet"] = slow.warnings
-        seen["busy"] = slow.busy(60.0) is not None
+        seen["busy"] = slow.busy(60.0, since + 4.0)
         slow.check(since + 6.0)
         slow.check(since + 7.0)  # the same record: warned once
         seen["warnings"] = slow.warnings
         slow.check(since + 61.0)
         seen["overdue"] = slow.overdue
-        seen["busy after"] = slow.busy(60.0)
+        seen["busy after"] = slow.busy(60.0, since + 61.0)
         release.set()
 
     watcher = threading.Thread(target=watch)
@@ -180,7 +196,8 @@ def test_the_watchdog_names_the_step_the_record_and_the_time(caplog: pytest.LogC
     with caplog.at_level("WARNING", logger="framework.runtime"):
         runner.process([Record("in", 0, 42, b"k", b'{"n": 1}', 1000)])
     watcher.join(30)
-    assert seen["quiet"] == 0 and seen["busy"]
+    assert seen["quiet"] == 0
+    assert seen["busy"] == "record in[0]@42 has been in the pipeline's steps for 4.0 s"
     assert seen["warnings"] == 1
     [line] = [r.getMessage() for r in caplog.records if "has been in step" in r.getMessage()]
     assert "record in[0]@42 has been in step 'lookup' for 6.0 s" in line
@@ -189,3 +206,24 @@ def test_the_watchdog_names_the_step_the_record_and_the_time(caplog: pytest.LogC
     assert seen["overdue"] is not None and "step 'lookup'" in seen["overdue"]
     assert "kafka.transaction_timeout_ms (60000)" in seen["overdue"]
     assert seen["busy after"] is None  # past its transaction: stalled, not busy
+
+
+def test_the_alarm_is_due_once_its_deadline_passes() -> None:
+    import time
+
+    from framework.engine.runner import _Alarm
+
+    alarm = _Alarm()
+    try:
+        alarm.set(time.monotonic() + 0.05)
+        assert not alarm.due[0]
+        deadline = time.monotonic() + 10
+        while not alarm.due[0]:  # the alarm's own thread makes it due
+            assert time.monotonic() < deadline, "the alarm never fired"
+            time.sleep(0.01)
+        alarm.set(time.monotonic() + 3600)  # a new deadline: not due
+        assert not alarm.due[0]
+        alarm.set(time.monotonic() - 1)  # one that has passed: due at once
+        assert alarm.due[0]
+    finally:
+        alarm.close()
