@@ -16,7 +16,9 @@ lines: a broker disconnected or refusing) and of the retries while a restarted b
 (a coordinator loading, a producer id not granted yet, a leader not known yet): the service reports an unreachable cluster
 in its own words, once (``framework.runtime.outage``). While ``quiet`` is set (an outage is
 being waited out) every client line below CRITICAL is demoted. A fatal error's own line
-(``FATAL``) is demoted too: the service stops with a line of its own that names the cause.
+(``FATAL``) is demoted too: the service stops with a line of its own that names the cause;
+and while ``fatal_explained`` is set (the service knows what the fatal error to come means:
+``framework.runtime.slow``) every client line is.
 """
 
 from __future__ import annotations
@@ -66,13 +68,17 @@ class Transport(logging.Filter):
     """Demote connection failures and a restarted broker's transient answers to DEBUG."""
 
     quiet = False  # an outage is being waited out: every client line but CRITICAL is demoted
+    # the service knows the cause of the fatal error to come and will stop with it in its own
+    # words (a record that outlived its transaction): the clients' CRITICAL lines are demoted too
+    fatal_explained = False
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if record.levelno >= logging.CRITICAL and not message.startswith("FATAL "):
-            return True
-        if not (Transport.quiet or _TRANSIENT.match(message)):
-            return True
+        if not Transport.fatal_explained:
+            if record.levelno >= logging.CRITICAL and not message.startswith("FATAL "):
+                return True
+            if not (Transport.quiet or _TRANSIENT.match(message)):
+                return True
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return CLIENT_LOG.isEnabledFor(logging.DEBUG)
 

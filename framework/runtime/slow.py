@@ -29,6 +29,7 @@ from typing import Any
 
 from framework.errors import described
 from framework.headers import ORIGIN
+from framework.kafka.logs import Transport
 from framework.pipeline.definition import Pipeline
 from framework.records import record_headers
 
@@ -92,12 +93,14 @@ class SlowRecords:
             self.warnings += 1
             step, where = self.locate()
             log.warning("record %s has been in step %s for %.1f s%s: the member checkpoints on time, but this "
-                        "record holds its transaction open. Reported once per record slower than "
-                        "processing.slow_record_warning_ms (%d)", coordinates(msg),
+                        "record holds its transaction open. A step that waits on another service can wait "
+                        "without holding the member: map_async (docs/async.md). Reported once per record "
+                        "slower than processing.slow_record_warning_ms (%d)", coordinates(msg),
                         step, took, f" ({where})" if where else "", round(self.warn_after_s * 1000))
         timeout, began = self.transaction_timeout_s, self.transaction_began()
         if self.overdue is not None and began != self._overdue_since:
             self.overdue = None  # a checkpoint committed after all: the broker had not aborted it yet
+            Transport.fatal_explained = False
         if timeout is not None and self.overdue is None and now - began >= timeout:
             self._overdue_since = began
             step, where = self.locate()
@@ -106,8 +109,10 @@ class SlowRecords:
                 f"and the transaction open since the last checkpoint is older than kafka.transaction_timeout_ms "
                 f"({round(timeout * 1000)}): the broker aborts it, so nothing processed since that checkpoint "
                 "can commit, and the member stops. It is processed again when the member starts. Fix: make the "
-                "step faster or give its calls a timeout, or raise kafka.transaction_timeout_ms above the slowest record's time (the "
+                "step faster or give its calls a timeout (a step that waits on another service: map_async, "
+                "docs/async.md), or raise kafka.transaction_timeout_ms above the slowest record's time (the "
                 "broker caps it at transaction.max.timeout.ms, 900000 by default)")
+            Transport.fatal_explained = True  # the producer's fencing to come is this, said by the member
 
     def busy(self, limit_s: float, now: float | None = None) -> str | None:
         """What holds the loop when one record does, for no longer than ``limit_s`` and with

@@ -734,3 +734,21 @@ def http_priced_orders() -> Pipeline:
                      retry=Retry.exponential(20, 50, 4000, on_exception=lambda e: not isinstance(e, NoPrice)),
                      ordered=os.environ.get("FW_TEST_ORDERED", "1") == "1", name="price").to(Topic(f"priced-{s}"))
     return p
+
+
+def _stall(r: dict) -> dict:
+    """A record marked ``stall`` takes ``FW_TEST_STALL_S`` seconds (when set): a call that hangs."""
+    import time
+
+    if r.get("stall") and os.environ.get("FW_TEST_STALL_S"):
+        time.sleep(float(os.environ["FW_TEST_STALL_S"]))
+    return r
+
+
+def stalling() -> Pipeline:
+    """``stall-in-<suffix>`` (JSON, 1 partition) through a step ``hang`` (``_stall``) to ``stall-out-<suffix>``."""
+    s = _suffix()
+    p = Pipeline(f"stall-{s}")
+    p.source(Topic(f"stall-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=1)).map(
+        _stall, name="hang").to(Topic(f"stall-out-{s}"))
+    return p

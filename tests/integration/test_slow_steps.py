@@ -76,3 +76,32 @@ def test_a_step_of_40_ms_a_record_checkpoints_every_second_and_loses_nothing(
     [warning] = [line for line in log.splitlines() if "has been in step" in line]
     assert "WARNING" in warning and "step 'check'" in warning, warning
     assert f"spend-{unique}[{SLOW % 4}]@{SLOW // 4} (through slow-{unique}-by-user-repartition[" in warning, warning
+
+
+def test_a_record_that_outlives_its_transaction_ends_the_member_with_one_line_and_a_restart_goes_on(
+        kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
+    """One record held 30 s in a step, past a 12 s transaction timeout: the broker aborts the
+    transaction, the member ends with the line that names the step, the record and the
+    setting; started again (the record quick this time) it processes everything once."""
+    ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(f"stall-in-{unique}", 1)])
+    produce_to_partitions(kafka_bootstrap, f"stall-in-{unique}", [
+        (0, str(i).encode(), json.dumps({"n": i, **({"stall": True} if i == 5 else {})}).encode()) for i in range(10)])
+    env = {"FW_BOOTSTRAP_SERVERS": kafka_bootstrap, "FW_TEST_SUFFIX": unique, "FW_OBSERVE__PORT": "0",
+           "FW_KAFKA__TRANSACTION_TIMEOUT_MS": "12000"}
+    svc = ServiceProcess("tests.integration.pipelines:stalling", tmp_path, "0", env)
+    svc.start({"FW_TEST_STALL_S": "30"})
+    assert svc.wait_exit(120) == 1, svc.log_text()
+    errors = [line for line in svc.log_text().splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, svc.log_text()
+    assert f"record stall-in-{unique}[0]@5 has been in step 'hang'" in errors[0], errors[0]
+    assert "kafka.transaction_timeout_ms (12000)" in errors[0] and "Fix:" in errors[0], errors[0]
+    loud = [line for line in svc.log_text().splitlines() if " CRITICAL " in line or " ERROR " in line]
+    assert not loud, "the line that ends the member is the one said, not the client's fencing"
+    svc.start()
+    try:
+        wait_until(lambda: len(read_topic(kafka_bootstrap, f"stall-out-{unique}")) >= 10, 120,
+                   "every record processed after the restart", svc.log_text)
+    finally:
+        assert svc.stop() == 0, svc.log_text()
+    got = sorted(json.loads(present(r.value))["n"] for r in read_topic(kafka_bootstrap, f"stall-out-{unique}"))
+    assert got == list(range(10))
