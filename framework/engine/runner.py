@@ -107,6 +107,7 @@ class TaskRunner:
         self.records = 0  # processed, over the runner's life (not rolled back by aborts)
         self.consumed: dict[TP, list[int]] = {}  # processed per input partition, the same way
         self.held: dict[TP, list[InputRecord]] = {}  # handed over, not processed yet (``process``)
+        self.full: set[TP] = set()  # the held partitions whose async step was full at the last pass
         self.in_hand: InputRecord | None = None  # the record being processed, for a watchdog
         self._alarm = _Alarm()
         self._closed_counters: dict[str, int] = {}
@@ -172,6 +173,7 @@ class TaskRunner:
         partition's position at its first held record (``checkpoint``), so the deadline is
         kept however slow a step is, within about one record's time."""
         self._alarm.set(until)
+        self.full = set()
         n = self._process_held(records, unrouted, failed, until) if self.held else \
             self._run(records, unrouted, failed, until)
         if self.calls is not None:
@@ -219,6 +221,7 @@ class TaskRunner:
                         cell[0] += 1
                     elif taken_up is HOLD:  # its async step is full: it waits (and so does every later
                         held.setdefault(tp, []).append(msg)  # record of its partition: the step stays full)
+                        self.full.add(tp)
                     # else True: a watermark control record, not a record
                 except RecordError as err:
                     if fail:
@@ -243,6 +246,7 @@ class TaskRunner:
         """Each partition's held records first, then ``records`` (those of a partition that
         still holds some go after them)."""
         held, self.held, n = self.held, {}, 0
+        self.full = set()
         for tp, msgs in held.items():
             if time.monotonic() >= until:  # the deadline passed: hold the rest as it was
                 self.held.setdefault(tp, []).extend(msgs)
@@ -372,6 +376,7 @@ class TaskRunner:
         """After an aborted checkpoint: every task again as of the last one (state, clock,
         timers); the engine rewinds its inputs to the committed positions."""
         self.held.clear()
+        self.full.clear()
         for partition, task in list(self.tasks.items()):
             task.ctx.close()  # its calls in flight are cancelled; the new task calls again what is stored
             task.discard_state()

@@ -24,13 +24,11 @@ HISTORY_S = 600  # the status page's charts: the last ten minutes
 class Observer:
     """Observes one ``Service`` from inside its loop; read by ``framework.observe.server``."""
 
-    def __init__(self, service: Any, interval_s: float, health_timeout_s: float,
-                 busy_limit_s: float = float("inf")) -> None:
+    def __init__(self, service: Any, interval_s: float, health_timeout_s: float) -> None:
         """``service``: a ``framework.runtime.service.Service`` (not imported: it imports this)."""
         self.service = service
         self.interval_s = interval_s
         self.health_timeout_s = health_timeout_s
-        self.busy_limit_s = busy_limit_s  # how long one record may hold the loop and the member be healthy
         self.metrics = Metrics()
         self.started_at = time.time()
         self.heartbeat = time.monotonic()  # the loop's last round (set by the loop itself)
@@ -61,12 +59,11 @@ class Observer:
             return False, {"status": "idle with lag", "why": idle}
         if self.looping and since > self.health_timeout_s:
             slow = getattr(self.service, "slow", None)
-            busy = slow.busy(self.busy_limit_s) if slow is not None else None
-            if busy is not None:  # one slow record, still within its transaction: busy, not stalled
-                return True, {"status": "busy", "state": self.state, "loop_silent_s": round(since, 1), "why": busy}
+            holding = slow.holding() if slow is not None else None
             return False, {"status": "stalled", "loop_silent_s": round(since, 1),
-                           "why": "the processing loop has not come round: a step's code or a blocking "
-                                  "call holds it (see /status and the log)"}
+                           "why": f"the processing loop has not come round: {holding or 'a step or a blocking call'} "
+                                  "holds it (the loop comes round at least once per checkpoint interval while each "
+                                  "record is quick; see /status and the log)"}
         return True, {"status": "ok", "state": self.state, "loop_silent_s": round(since, 1)}
 
     def ready(self) -> tuple[bool, dict[str, Any]]:

@@ -16,7 +16,8 @@ have moved to a member that processed it, so the command voids the savepoint. A 
 command does not release (it died) ends by itself after ``seconds``.
 
 The HTTP thread hands each request to the loop (``requests``) and waits for its answer; the
-loop acts on it at the top of a round (``Service._loop``), between batches.
+loop acts on it at the top of a round, between batches (``HoldRound``, a takeover of the
+member's round: ``framework.runtime.round``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger("framework.runtime")
+TP = tuple[str, int]
 
 MAX_HOLD_S = 600.0  # a hold ends by itself after at most this long
 _ANSWER_S = 60.0  # how long the HTTP thread waits for the loop (a checkpoint first)
@@ -113,3 +116,92 @@ class Holds:
     @staticmethod
     def deadline(seconds: float) -> float:
         return time.monotonic() + seconds
+
+
+class HoldRound:
+    """The hold's takeover of the member's round (``framework.runtime.round``): it acts on the
+    hold and release requests; while held, the round only polls the consumer (the membership,
+    rebalances), puts back what was fetched before the pause took effect, and says that all is
+    committed (the checkpoint's age)."""
+
+    def __init__(self, holds: Holds, instance: str, checkpointer: Any, consumer: Any, batch: int, *,
+                 assigned: Callable[[], set[TP]], restoring: Callable[[], Collection[int]],
+                 recovering: Callable[[], str | None], heartbeat: Callable[[float], None]) -> None:
+        """``assigned()``: the member's input partitions; ``restoring()``: the partitions whose
+        restore is under way (not resumed at the release); ``recovering()``: why the member
+        recovers (None when it does not); ``heartbeat(now)``: the round came round."""
+        self.holds, self.instance, self.checkpointer, self.consumer, self.batch = \
+            holds, instance, checkpointer, consumer, batch
+        self.assigned, self.restoring, self.recovering, self.heartbeat = assigned, restoring, recovering, heartbeat
+
+    def take(self, now: float) -> bool:
+        holds = self.holds
+        if not holds.busy:
+            return False
+        while (request := holds.next_request()) is not None:
+            request.answer = self._hold(request) if request.action == "hold" else self._release(request.token)
+            request.done.set()
+        held = holds.held
+        if held is not None and holds.expired(now):
+            log.warning("savepoint hold %s ended by itself after %.0f s without a release: processing again",
+                        held.token, held.seconds)
+            holds.end(held.token, f"the hold ended by itself after {held.seconds:.0f} s, before the release: the "
+                                  "member processed again")
+            self.resume()
+        if holds.held is None:
+            return False
+        first: dict[TP, int] = {}
+        for msg in self.consumer.consume(self.batch, 0.1):
+            if msg.error() is not None:
+                self.consumer.check_error(msg.error())
+            else:
+                first.setdefault((msg.topic(), msg.partition()), msg.offset())
+        for tp, offset in first.items():  # fetched before the pause took effect: fetched again at the release
+            self.consumer.seek(tp, offset)
+        self.heartbeat(time.monotonic())
+        self.checkpointer.maybe_checkpoint()  # nothing to commit: it only says all is committed (checkpoint age)
+        return True
+
+    def _hold(self, request: Request) -> tuple[int, dict[str, Any]]:
+        """A checkpoint, then every input partition paused until the release."""
+        held = self.holds.held
+        if held is not None:
+            if held.token == request.token:
+                return 200, self._answer()
+            return 409, {"error": f"member {self.instance} is held for another savepoint ({held.token}); ask again "
+                                  "when it is done"}
+        why = self.recovering()
+        if why is not None:
+            return 503, {"error": f"member {self.instance} is recovering ({why or 'an outage'}); ask again"}
+        ckpt = self.checkpointer
+        was_dirty, completed = ckpt.dirty, ckpt.completed
+        ckpt.checkpoint("savepoint")
+        if ckpt.broken is not None or (was_dirty and ckpt.completed == completed):
+            return 503, {"error": f"member {self.instance} could not complete the checkpoint before the hold "
+                                  f"({ckpt.broken or 'aborted'}); ask again"}
+        assigned = self.assigned()
+        self.consumer.pause(assigned)
+        self.holds.held = Held(request.token, request.seconds, Holds.deadline(request.seconds))
+        log.info("held for savepoint %s after checkpoint %d: partitions %s paused for at most %.0f s",
+                 request.token, ckpt.completed, sorted({p for _, p in assigned}), request.seconds)
+        return 200, self._answer()
+
+    def _answer(self) -> dict[str, Any]:
+        return {"instance": self.instance, "partitions": sorted([t, p] for t, p in self.assigned()),
+                "checkpoints": self.checkpointer.completed}
+
+    def _release(self, token: str) -> tuple[int, dict[str, Any]]:
+        """The end of the hold; says whether a rebalance disturbed it (or it had ended)."""
+        held = self.holds.held
+        if held is None or held.token != token:
+            if token not in self.holds.ended:
+                return 409, {"error": f"member {self.instance} is not held for savepoint {token}"}
+            return 200, {"instance": self.instance, "disturbed": self.holds.ended[token]}
+        self.holds.end(token, held.disturbed)
+        self.resume()
+        log.info("savepoint hold %s released", token)
+        return 200, {"instance": self.instance, "disturbed": held.disturbed}
+
+    def resume(self) -> None:
+        restoring = self.restoring()
+        self.consumer.resume([tp for tp in self.assigned() if tp[1] not in restoring])

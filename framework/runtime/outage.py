@@ -4,7 +4,8 @@ A checkpoint breaks when a transactional call's outcome is unknown (it timed out
 broker may be down), when librdkafka gives up on the producer, or when the group takes the
 member's partitions away (``framework.runtime.checkpoint``). The member then keeps its
 process, its local state and its HTTP endpoint, processes nothing, and ``Recovery`` runs in
-its loop's place, one short ``step`` per round:
+its loop's place (``RecoveryRound``, a takeover of the member's round), one short ``step`` per
+round:
 
 1. ask the cluster for metadata (at most once a second): while it does not answer, wait, for
    at most ``processing.broker_outage_timeout_ms`` from the start of the outage; past that the
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from framework.errors import FatalKafkaError, OutageTooLong
 from framework.kafka.clients import classify, client_error
@@ -126,3 +128,40 @@ class Recovery:
         Transport.quiet = False
         self.active, self.unreachable = False, False
         self.ended_at = time.monotonic()
+
+
+class RecoveryRound:
+    """The recovery's takeover of the member's round (``framework.runtime.round``): while the
+    member recovers from a broken checkpoint or waits for its cluster, the round is the
+    recovery's. The consumer is still polled (it keeps the membership and serves rebalances);
+    what it returns is dropped, as the recovery's reset rewinds every input to its committed
+    offset. A client that lost every broker connection starts a recovery once the cluster
+    does not answer either."""
+
+    def __init__(self, recovery: Recovery, checkpointer: Any, output: Any, consumer: Any, batch: int, *,
+                 heartbeat: Callable[[float], None], publish: Callable[[], None]) -> None:
+        self.recovery, self.checkpointer, self.output, self.consumer, self.batch = \
+            recovery, checkpointer, output, consumer, batch
+        self.heartbeat, self.publish = heartbeat, publish
+        self._next_publish = 0.0
+
+    def take(self, now: float) -> bool:
+        rec = self.recovery
+        if not rec.active:
+            down = self.output.connectivity.down_since or self.consumer.connectivity.down_since
+            if down is None:
+                return False
+            if not rec.suspect(down):  # the clients lost their connections, but the cluster answers
+                self.output.connectivity.clear()
+                self.consumer.connectivity.clear()
+                return False
+            self.checkpointer.break_interval("the cluster cannot be reached")
+        now = time.monotonic()
+        self.heartbeat(now)
+        if now >= self._next_publish:  # /ready and /status say that the member recovers
+            self._next_publish = now + 1.0
+            self.publish()
+        self.consumer.consume(self.batch, 0.1)
+        if rec.step():
+            self.publish()
+        return True

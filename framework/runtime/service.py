@@ -1,20 +1,19 @@
 """One service process: a consumer-group member running its tasks in one hot loop.
 
 The loop consumes a batch and hands it to the task runner (``framework.engine.runner``),
-which routes each record to the task that owns its partition; between batches the loop
-advances restores and takes checkpoints when they are due. Tasks are started on assignment
-(after their state is restored from the changelogs, with their inputs paused meanwhile) and
-checkpointed and stopped on revocation.
+which routes each record to the task that owns its partition, until the next checkpoint is
+due. Around the input, each concern of the member (restores, standby copies, global tables,
+async steps' results, ticks and observation, stall warnings, the checkpoint; a recovery or a
+savepoint hold, which take the whole round) is a participant of its round
+(``framework.runtime.round``). Tasks are started on assignment (after their state is restored
+from the changelogs, with their inputs paused meanwhile) and checkpointed and stopped on
+revocation; this module wires the parts together and answers the group's callbacks.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import re
 import signal
-import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -27,44 +26,54 @@ from framework.engine.runner import TaskRunner
 from framework.errors import (
     AccessProblem,
     FatalKafkaError,
-    FencedError,
-    KafkaClientError,
-    OutageTooLong,
     SlowRecord,
 )
-from framework.kafka.acl import Grant, denied, missing_grants
+from framework.kafka.acl import denied, missing_grants
 from framework.kafka.admin import admin_client, topic_ids, topic_partitions
-from framework.kafka.clients import TP, ChangelogReader, GlobalReader, GroupConsumer, KafkaOutput
-from framework.kafka.connect import ClusterProbe, client_failure, wait_for_cluster
+from framework.kafka.clients import TP, ChangelogReader, GlobalReader
+from framework.kafka.connect import ClusterProbe, wait_for_cluster
 from framework.kafka.groups import stable_assignment
-from framework.observe.metrics import multiprocess_dir
 from framework.observe.observer import Observer
 from framework.observe.server import StatusServer
-from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.faults import crash_point
-from framework.runtime.hold import Held, Holds, Request
-from framework.runtime.membership import refuse_a_taken_instance_id, unheld_backlog
-from framework.runtime.outage import Recovery
+from framework.runtime.hold import HoldRound, Holds
+from framework.runtime.membership import StallWatch, refuse_a_taken_instance_id
+from framework.runtime.outage import Recovery, RecoveryRound
+from framework.runtime.parts import (
+    counters,
+    explained,
+    member_consumer,
+    member_output,
+    serve_endpoint,
+    warn_about_generated_names,
+)
 from framework.runtime.queries import LiveQueries
 from framework.runtime.restore import Restorer
+from framework.runtime.round import (
+    Backpressure,
+    CallResults,
+    Checkpointing,
+    Copying,
+    GlobalUpdates,
+    Participant,
+    Restoring,
+    Round,
+    Takeover,
+    Ticking,
+)
 from framework.runtime.slow import SlowRecords
 from framework.runtime.standby import Standby
 from framework.runtime.topics import (
     ensure_service_topics,
-    output_limits,
     producer_max_bytes,
     service_grants,
-    topics_missing,
 )
 from framework.state.directory import ensure_writable
 from framework.state.rocksdb import RocksDBBackend
 
 log = logging.getLogger("framework.runtime")
-_STALL_DETAIL = 8  # partitions described (one broker request each) in a stall warning
-_STANDBY_BATCH = 5_000  # changelog records a standby applies per round of the loop, at most
-_STANDBY_WAIT_S = 0.01  # how long a round waits for them when the input is idle: what it adds to latency
 _SETTLE_AT_STOP_S = 5.0  # how long a stopping member waits for its async steps' calls in flight
 
 
@@ -87,9 +96,6 @@ class Service:
         self.assigned: set[TP] = set()
         self.has_assignment = False  # the group gave this member its first assignment
         self.rebalances = {"assigned": 0, "revoked": 0, "lost": 0}
-        self.stall_warnings = 0
-        self.idle_with_lag: str | None = None  # why this member, holding nothing, cannot be healthy
-        self._next_publish = 0.0  # while recovering: when /status is published next
         self.client_id: str | None = None  # what advertises the endpoint to fw status
         self.observer: Observer | None = None
         self.standby: Standby | None = None
@@ -97,6 +103,7 @@ class Service:
         self.server: StatusServer | None = None
         self.holds = Holds()  # savepoint holds asked over the endpoint (framework.runtime.hold)
         self.globals_read = False  # every global table read to its end at start: queries of them answer
+        self.stall: StallWatch | None = None
         self._stop = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -112,6 +119,15 @@ class Service:
     def records_processed(self) -> int:
         return self.runner.records
 
+    @property
+    def stall_warnings(self) -> int:
+        return self.stall.warnings if self.stall is not None else 0
+
+    @property
+    def idle_with_lag(self) -> str | None:
+        """Why this member, holding no partition, cannot be healthy (``StallWatch``)."""
+        return self.stall.idle_with_lag if self.stall is not None else None
+
     def run(self, until: Callable[[Service], bool] | None = None) -> None:
         """Process until ``request_stop`` (a signal) or ``until(self)`` is true; then take a
         final checkpoint and leave the group."""
@@ -121,44 +137,22 @@ class Service:
         try:
             self._run(until, cfg, settings, client_id)
         except Exception as exc:
-            said = client_failure(exc)
-            if isinstance(exc, (AccessProblem, FencedError, OutageTooLong, SlowRecord)) or not (
-                    said or isinstance(exc, KafkaClientError)):
-                raise  # the cause is known: no question to the cluster (it may be away) first
-            # A denied operation surfaces wherever the client noticed it (a transaction in an
-            # error state, a produce refused): ask the cluster what this principal lacks.
-            missing = _missing_grants(settings, self.pipeline)
-            if missing:
-                raise denied(settings, self.pipeline.name, missing) from None
-            if said:
-                raise FatalKafkaError(said) from exc
-            raise
+            error = explained(exc, settings, self.pipeline)
+            if error is exc:
+                raise
+            raise error from (exc if isinstance(error, FatalKafkaError) and not isinstance(error, AccessProblem)
+                              else None)
         finally:
             if self.server is not None:
                 self.server.close()
 
     def _start_endpoint(self) -> str | None:
-        """Serve the status endpoint (docs/observability.md); the consumer's ``client.id``
-        that advertises it to ``fw status``, or None when observation is off."""
-        obs = self.config.observe
-        if not obs.enabled:
+        """Serve the status endpoint; the consumer's ``client.id`` that advertises it to ``fw
+        status``, or None when observation is off."""
+        if not self.config.observe.enabled:
             return None
-        cfg = self.config
-        # a record may hold the loop as long as its transaction lives (at-least-once: as long as
-        # the group waits for the member's next poll)
-        busy_limit_ms = (cfg.kafka.transaction_timeout_ms if self.exactly_once else cfg.max_poll_interval_ms())
-        self.observer = Observer(self, obs.interval_ms / 1000, obs.health_timeout_ms / 1000, busy_limit_ms / 1000)
-        self.server = StatusServer(self.observer, obs.host, obs.port, LiveQueries(self), self.holds).start()
-        host = obs.advertised_host or ("" if obs.host in ("0.0.0.0", "::") else obs.host)
-        self.observer.endpoint = f"http://{host or socket.gethostname()}:{self.server.port}"
-        log.info("status endpoint %s (/ status page, /metrics, /health, /ready, /status, /stores)", self.server.url)
-        shared = multiprocess_dir()
-        if shared:  # a --processes child: tell the supervisor where its endpoint is
-            path = os.path.join(shared, f"member-{self.instance_id}.json")
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                json.dump({"pid": os.getpid(), "port": self.server.port, "instance": self.instance_id}, f)
-            os.replace(path + ".tmp", path)
-        return f"{self.pipeline.name}-{self.instance_id}@{host}:{self.server.port}"
+        self.observer, self.server, client_id = serve_endpoint(self, LiveQueries(self))
+        return client_id
 
     def _run(self, until: Callable[[Service], bool] | None, cfg: Config, settings: dict[str, str],
              client_id: str | None) -> None:
@@ -169,20 +163,11 @@ class Service:
         missing = missing_grants(settings, service_grants(self.pipeline))
         if missing:
             raise denied(settings, self.pipeline.name, missing)
-        _warn_about_generated_names(self.pipeline)
+        warn_about_generated_names(self.pipeline)
         self.backend = RocksDBBackend(cfg.state.dir)
         txid = f"{self.pipeline.name}-{self.instance_id}" if self.exactly_once else None
-        self.output = KafkaOutput({**settings, **cfg.kafka.producer,
-                                   "transaction.timeout.ms": cfg.kafka.transaction_timeout_ms}, txid)
-        self.output.limit_timestamps({topic: (limits.before_ms, limits.after_ms) for topic, limits
-                                      in output_limits(self.pipeline, settings, max_bytes).items()})
-        self.output.on_missing = lambda names: topics_missing(self.pipeline, names, self.partitions,
-                                                              settings["bootstrap.servers"], running=True)
-        self.consumer = GroupConsumer({**settings, "max.poll.interval.ms": cfg.max_poll_interval_ms(),
-                                       **cfg.kafka.consumer}, self.pipeline.name, client_id=client_id,
-                                      instance_id=self.static_id,
-                                      leave_on_close=cfg.processing.leave_group_on_shutdown,
-                                      stats_interval_ms=cfg.observe.interval_ms if client_id else 0)
+        self.output = member_output(self.pipeline, cfg, settings, txid, self.partitions, max_bytes)
+        self.consumer = member_consumer(self.pipeline, cfg, settings, client_id, self.static_id)
         self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
                                  fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point,
                                  calls=CallLoop() if self.pipeline.async_steps() else None)
@@ -220,7 +205,13 @@ class Service:
         if self.static_id:
             refuse_a_taken_instance_id(self.admin, self.pipeline.name, self.static_id, self.client_id)
         self.checkpointer.start()
-        self._read_global_tables(settings, cfg)
+        self.stall = StallWatch(cfg.processing.stall_warning_ms / 1000, self.pipeline.name, self.consumer, admin,
+                                inputs=lambda: [(t, p) for t in self.inputs for p in range(self.partitions)],
+                                assigned=lambda: self.assigned, task_state=self._task_state,
+                                checkpoints=lambda: (self.checkpointer.completed, self.checkpointer.aborted),
+                                quiet_until=lambda: self.recovery.ended_at)
+        self.round = self._round(cfg, settings)
+        self._read_global_tables(cfg)
         self.consumer.subscribe(self.inputs, self._on_assign, self._on_revoke, self._on_lost)
         failed = False
         self.slow.start()
@@ -251,166 +242,74 @@ class Service:
             self.slow.stop()
             self._shutdown(quiet=failed)
 
-    def _read_global_tables(self, settings: dict[str, str], cfg: Config) -> None:
-        """Every global table whole, to the ends its partitions have now, before anything is
-        processed (from where its store left off); then ``_loop`` reads what arrives."""
-        tables = self.runner.globals
-        if not tables:
-            self.globals_read = True
-            return
-        counts = topic_partitions(self.admin, tables.topics())
-        self.global_reader = reader = GlobalReader({**settings, **cfg.kafka.consumer}, f"{self.pipeline.name}-global")
-        starts: dict[TP, int | None] = {}
-        for table in tables.tables.values():
-            topic = table.step.topic.name
-            table.set_partitions(counts[topic])
-            starts.update({(topic, p): table.positions.get(p) for p in range(counts[topic])})
-        reader.assign(starts)
-        began = time.monotonic()
-
-        def apply(batch: list[Any]) -> None:
-            self.runner.apply_global(batch)
-            tables.commit()  # batch by batch: a large table is not held in the write cache whole
-
-        n = reader.catch_up(list(starts), apply, cfg.kafka.connect_timeout_ms / 1000)
-        log.info("global tables %s: read %d records in %.1f s before processing", ", ".join(tables.tables), n,
-                 time.monotonic() - began)
-        self.globals_read = True
-
     def _loop(self, until: Callable[[Service], bool] | None) -> None:
-        consume, runner = self.consumer.consume, self.runner
+        """The member's round (``framework.runtime.round``): the takeovers (a recovery, a hold)
+        first; then the input, processed (records held past a deadline first); then each
+        participant; the checkpoint last."""
+        consume, runner, ckpt, rnd = self.consumer.consume, self.runner, self.checkpointer, self.round
         batch, timeout = self.config.processing.consume_batch_size, self.config.processing.consume_timeout_ms / 1000
-        ckpt, tick_s = self.checkpointer, self.config.processing.watermark_interval_ms / 1000
-        stall_s = self.config.processing.stall_warning_ms / 1000
         unrouted, failed, poll = self._unrouted, self._consume_error, self.output.poll
-        next_tick = 0.0
-        stall_check = time.monotonic() + stall_s
-        obs = self.observer
-        observe_s = self.config.observe.interval_ms / 1000
-        next_observe = time.monotonic() + observe_s if obs is not None else float("inf")
-        if obs is not None:
-            obs.heartbeat, obs.looping = time.monotonic(), True
-        standby, global_reader, holds, calls = self.standby, self.global_reader, self.holds, runner.calls
+        self._heartbeat(time.monotonic())
+        if self.observer is not None:
+            self.observer.looping = True
         while not self._stop and (until is None or not until(self)):
-            if self._recovering():  # a broken checkpoint or an unreachable cluster: nothing else runs
-                continue
-            if holds.busy and self._held_round(batch):  # held at a checkpoint for a savepoint
-                continue
-            restoring = self.restorer.busy
-            if restoring:
-                self.restorer.step()
-            copying = standby is not None and standby.behind
-            # while a restore runs or a standby copy is behind, the input is not waited for:
-            # their own reads wait (a copy's briefly), so neither is held to a batch per wait.
-            # Nor past the next checkpoint: a batch that does not fill (a low rate) would hold
-            # what it has until the wait ends, and the checkpoint after it
-            # Records held past a checkpoint's deadline are processed first, and fewer are consumed
-            # meanwhile: what a member holds stays within one batch
-            held = runner.held_records if runner.held else 0
-            wait = 0.0 if restoring or copying or held else min(timeout, max(ckpt.next_due - time.monotonic(), 0.0))
-            msgs = consume(max(batch - held, 1), wait)
             now = time.monotonic()
-            if standby is not None:
-                standby.maybe_refresh(now)
-                if standby.busy:
-                    standby.step(_STANDBY_BATCH, _STANDBY_WAIT_S if copying and not msgs else 0)
-            if obs is not None:
-                obs.heartbeat = now
-            if global_reader is not None:
-                updates = global_reader.poll(batch)
-                if updates:
-                    runner.apply_global(updates)  # may release joins waiting for the tables
-                    ckpt.dirty = True
+            if rnd.taken(now):
+                continue
+            # what a member holds stays within one batch: fewer are consumed while some are held
+            held = runner.held_records if runner.held else 0
+            msgs = consume(max(batch - held, 1), 0.0 if held else rnd.wait_s(now, timeout))
+            now = time.monotonic()
+            self._heartbeat(now)
             if msgs or held:
-                stall_check = now + stall_s
                 runner.process(cast(Sequence[InputRecord], msgs), unrouted, failed, until=ckpt.next_due)
                 runner.end_batch()  # watermarks leave at the end of each batch, in its transaction
                 ckpt.dirty = True
                 poll()
-            if calls is not None and runner.complete():  # async steps' results go out in this interval
-                runner.end_batch()
-                ckpt.dirty = True
-            elif now >= stall_check:
-                stall_check = now + stall_s
-                self._warn_if_stalled(stall_s)
-            if now >= next_tick:  # idleness, processing-time timers, periodic watermarks
-                next_tick = now + tick_s
-                if runner.tick():
-                    ckpt.dirty = True
-                if now >= next_observe:
-                    next_observe = now + observe_s
-                    obs.observe()  # type: ignore[union-attr]
-            ckpt.maybe_checkpoint()
+            rnd.run(now, idle=not (msgs or held))
 
-    # -- savepoint holds (framework.runtime.hold) -------------------------------------------
+    def _round(self, cfg: Config, settings: dict[str, str]) -> Round:
+        """The member's round: its takeovers and participants, in order."""
+        batch, obs = cfg.processing.consume_batch_size, self.observer
+        takeovers: list[Takeover] = [
+            RecoveryRound(self.recovery, self.checkpointer, self.output, self.consumer, batch,
+                          heartbeat=self._heartbeat, publish=self._publish),
+            HoldRound(self.holds, self.instance_id, self.checkpointer, self.consumer, batch,
+                      assigned=lambda: self.assigned, restoring=lambda: self.restorer.pending,
+                      recovering=lambda: (self.recovery.why or "") if self.recovery.active else None,
+                      heartbeat=self._heartbeat),
+        ]
+        participants: list[Participant] = [Restoring(self.restorer)]
+        if self.standby is not None:
+            participants.append(Copying(self.standby))
+        if self.runner.globals:
+            reader = self.global_reader = GlobalReader({**settings, **cfg.kafka.consumer},
+                                                       f"{self.pipeline.name}-global")
+            participants.append(GlobalUpdates(self.runner, reader, batch))
+        if self.runner.calls is not None:
+            participants += [CallResults(self.runner),
+                             Backpressure(self.runner, self.consumer, lambda: self.holds.held is not None)]
+        assert self.stall is not None
+        participants += [self.stall, Ticking(self.runner, cfg.processing.watermark_interval_ms / 1000,
+                                             obs.observe if obs is not None else None, cfg.observe.interval_ms / 1000),
+                         Checkpointing(self.checkpointer)]
+        return Round(takeovers, participants, changed=self._changed)
 
-    def _held_round(self, batch: int) -> bool:
-        """Act on the hold and release requests; True while held: the round only polls (the
-        membership, rebalances) and puts back what was fetched before the pause took effect."""
-        holds = self.holds
-        while (request := holds.next_request()) is not None:
-            request.answer = self._hold(request) if request.action == "hold" else self._release(request.token)
-            request.done.set()
-        now = time.monotonic()
-        if holds.held is not None and holds.expired(now):
-            log.warning("savepoint hold %s ended by itself after %.0f s without a release: processing again",
-                        holds.held.token, holds.held.seconds)
-            holds.end(holds.held.token, f"the hold ended by itself after {holds.held.seconds:.0f} s, before the "
-                                        "release: the member processed again")
-            self._resume_held()
-        if holds.held is None:
-            return False
-        for msg in self.consumer.consume(batch, 0.1):
-            if msg.error() is None:
-                self._unrouted(msg)
-            else:
-                self._consume_error(msg)
+    def _read_global_tables(self, cfg: Config) -> None:
+        """Every global table whole, to the ends its partitions have now, before anything is
+        processed (from where its store left off); then each round reads what arrives."""
+        tables = self.runner.globals
+        updates = next((p for p in self.round.participants if isinstance(p, GlobalUpdates)), None)
+        if updates is not None:
+            updates.read_whole(topic_partitions(self.admin, tables.topics()), cfg.kafka.connect_timeout_ms / 1000)
+        self.globals_read = True
+
+    def _changed(self) -> None:
+        self.checkpointer.dirty = True
+
+    def _heartbeat(self, now: float) -> None:
         if self.observer is not None:
-            self.observer.heartbeat = time.monotonic()
-        self.checkpointer.maybe_checkpoint()  # nothing to commit: it only says all is committed (checkpoint age)
-        return True
-
-    def _hold(self, request: Request) -> tuple[int, dict[str, Any]]:
-        """A checkpoint, then every input partition paused until the release."""
-        held = self.holds.held
-        if held is not None:
-            if held.token == request.token:
-                return 200, self._hold_answer()
-            return 409, {"error": f"member {self.instance_id} is held for another savepoint ({held.token}); "
-                                  "ask again when it is done"}
-        if self.recovery.active:
-            return 503, {"error": f"member {self.instance_id} is recovering ({self.recovery.why or 'an outage'}); "
-                                  "ask again"}
-        ckpt = self.checkpointer
-        was_dirty, completed = ckpt.dirty, ckpt.completed
-        ckpt.checkpoint("savepoint")
-        if ckpt.broken is not None or (was_dirty and ckpt.completed == completed):
-            return 503, {"error": f"member {self.instance_id} could not complete the checkpoint before the hold "
-                                  f"({ckpt.broken or 'aborted'}); ask again"}
-        self.consumer.pause(self.assigned)
-        self.holds.held = Held(request.token, request.seconds, Holds.deadline(request.seconds))
-        log.info("held for savepoint %s after checkpoint %d: partitions %s paused for at most %.0f s",
-                 request.token, ckpt.completed, sorted({p for _, p in self.assigned}), request.seconds)
-        return 200, self._hold_answer()
-
-    def _hold_answer(self) -> dict[str, Any]:
-        return {"instance": self.instance_id, "partitions": sorted([t, p] for t, p in self.assigned),
-                "checkpoints": self.checkpointer.completed}
-
-    def _release(self, token: str) -> tuple[int, dict[str, Any]]:
-        """The end of the hold; says whether a rebalance disturbed it (or it had ended)."""
-        held = self.holds.held
-        if held is None or held.token != token:
-            if token not in self.holds.ended:
-                return 409, {"error": f"member {self.instance_id} is not held for savepoint {token}"}
-            return 200, {"instance": self.instance_id, "disturbed": self.holds.ended[token]}
-        self.holds.end(token, held.disturbed)
-        self._resume_held()
-        log.info("savepoint hold %s released", token)
-        return 200, {"instance": self.instance_id, "disturbed": held.disturbed}
-
-    def _resume_held(self) -> None:
-        self.consumer.resume([tp for tp in self.assigned if tp[1] not in self.restorer.pending])
+            self.observer.heartbeat = now
 
     def _unrouted(self, msg: Any) -> None:
         """Fetched before a pause or revoke took effect: fetch it again later."""
@@ -420,32 +319,6 @@ class Service:
         self.consumer.check_error(msg.error())
 
     # -- recovery (framework.runtime.outage) ------------------------------------------------
-
-    def _recovering(self) -> bool:
-        """True while the member recovers from a broken checkpoint or waits for its cluster:
-        the round is the recovery's. The consumer is still polled (it keeps the membership
-        and serves rebalances); what it returns is dropped, as the recovery's reset rewinds
-        every input to its committed offset."""
-        rec, obs = self.recovery, self.observer
-        if not rec.active:
-            down = self.output.connectivity.down_since or self.consumer.connectivity.down_since
-            if down is None:
-                return False
-            if not rec.suspect(down):  # the clients lost their connections, but the cluster answers
-                self.output.connectivity.clear()
-                self.consumer.connectivity.clear()
-                return False
-            self.checkpointer.break_interval("the cluster cannot be reached")
-        now = time.monotonic()
-        if obs is not None:
-            obs.heartbeat = now
-            if now >= self._next_publish:  # /ready and /status say that the member recovers
-                self._next_publish = now + 1.0
-                self._publish()
-        self.consumer.consume(self.config.processing.consume_batch_size, 0.1)
-        if rec.step():
-            self._publish()
-        return True
 
     def _reset(self) -> None:
         """The member as after a crash, without one: a new producer (its init_transactions
@@ -462,46 +335,6 @@ class Service:
         self.output.connectivity.clear()
         self.consumer.connectivity.clear()
         self.checkpointer.resume()
-
-    def _warn_if_stalled(self, stall_s: float) -> None:
-        """Nothing consumed for ``stall_s``: if records are waiting, say where everything stands."""
-        if time.monotonic() - self.recovery.ended_at < stall_s:
-            return  # the recovery's rounds consumed nothing on purpose
-        waiting = self.consumer.backlog()
-        if not waiting:
-            if not self.assigned:
-                self._check_idle_with_lag()
-            return
-        self.stall_warnings += 1
-        parts = []
-        for tp, (pos, end) in sorted(waiting.items())[:_STALL_DETAIL]:
-            stable = self.consumer.stable_end(tp)
-            task = ("running" if self.runner.running(tp) else "restoring" if tp[1] in self.restorer.pending
-                    else "no task")
-            held = (f", held at offset {stable} by a transaction still open upstream"
-                    if stable is not None and stable <= pos else "")
-            parts.append(f"{tp[0]}[{tp[1]}] at offset {pos} of {end} ("
-                         f"{'paused' if tp in self.consumer.paused else 'fetching'}, {task}{held})")
-        if len(waiting) > _STALL_DETAIL:
-            parts.append(f"and {len(waiting) - _STALL_DETAIL} more partitions")
-        ckpt = self.checkpointer
-        log.warning("no input record for %.0f s although records are waiting: %s; checkpoints: "
-                    "%d completed, %d aborted. A transaction open upstream holds read_committed "
-                    "consumers until it commits or aborts (transaction.timeout.ms of its producer); "
-                    "otherwise see the client log for broker errors", stall_s, "; ".join(parts),
-                    ckpt.completed, ckpt.aborted)
-
-    def _check_idle_with_lag(self) -> None:
-        """This member holds no partition: if records wait where no member of its group reads,
-        nobody processes them, and this member is not healthy (/health 503) until the group
-        gives it some."""
-        inputs = [(topic, p) for topic in self.inputs for p in range(self.partitions)]
-        self.idle_with_lag = unheld_backlog(self.admin, self.consumer, self.pipeline.name, inputs)
-        if self.idle_with_lag:
-            self.stall_warnings += 1
-            log.warning("%s: the group does not give them to this member. See fw status %s; a member the group "
-                        "no longer counts (past max.poll.interval.ms, fenced) is restarted with its process",
-                        self.idle_with_lag, self.pipeline.name)
 
     def _shutdown(self, quiet: bool = False) -> None:
         """Leave the group and close everything. ``quiet``: the member is failing, and the
@@ -523,7 +356,7 @@ class Service:
             self.runner.close()
             self.backend.close_all()
             log.info("service %s instance %s stopped after %d records%s", self.pipeline.name,
-                     self.instance_id, self.runner.records, _counters(self.runner.metrics()))
+                     self.instance_id, self.runner.records, counters(self.runner.metrics()))
 
     # -- assignment ----------------------------------------------------------------------
 
@@ -542,7 +375,8 @@ class Service:
         self.assigned |= set(tps)
         self.holds.disturb(f"partitions {sorted(tps)} assigned to member {self.instance_id}")
         self.has_assignment = True
-        self.idle_with_lag = None
+        if self.stall is not None:
+            self.stall.idle_with_lag = None
         self.rebalances["assigned"] += 1
         numbers = sorted({p for _, p in tps} - set(self.runner.tasks) - set(self.restorer.pending))
         log.info("assigned partitions %s", numbers)
@@ -556,6 +390,10 @@ class Service:
         if self.holds.held is not None:
             return list(tps)  # held: none of them is processed until the release
         return [tp for tp in tps if tp[1] in self.restorer.pending]
+
+    def _task_state(self, tp: TP) -> str:
+        return ("running" if self.runner.running(tp) else "restoring" if tp[1] in self.restorer.pending
+                else "no task")
 
     def _active_tasks(self) -> set[int]:
         """The tasks this member runs, restores or is assigned: never standbys."""
@@ -598,31 +436,6 @@ class Service:
             self.runner.stop(p)
         if self.standby is not None:
             self.standby.refresh_soon()
-
-
-def _warn_about_generated_names(pipeline: Pipeline) -> None:
-    """State and repartition topics named after generated step names (``count-4``) move to
-    other steps when steps are added in front of them: say so once, at start."""
-    generated = [s.name for i, s in enumerate(pipeline.steps.values())
-                 if (s.stateful or isinstance(s, S.KeyBy)) and re.fullmatch(rf"[a-z_]+-{i}", s.name)]
-    if generated:
-        log.warning("steps %s keep state or a repartition topic under a generated name, which changes when "
-                    "steps are added before them (their state would then belong to other steps): give them "
-                    "name=... (see docs/writing-a-service.md)", generated)
-
-
-def _counters(metrics: dict[str, int]) -> str:
-    """``; dead_letters=n, late_records.<step>=n, ...`` (only what was counted)."""
-    return "".join(f"; {name}={n}" for name, n in sorted(metrics.items()) if n and name != "records")
-
-
-def _missing_grants(settings: dict[str, str], pipeline: Pipeline) -> list[Grant]:
-    try:
-        return missing_grants(settings, service_grants(pipeline), timeout_s=10.0)
-    except Exception as exc:
-        if client_failure(exc) is None:
-            raise
-        return []  # the cluster cannot say: the original error stands
 
 
 def run_service(pipeline: Pipeline, config: Config | None = None, instance_id: str | None = None, *,

@@ -12,8 +12,8 @@ times a second, and at nothing on the hot path:
 - a record still in hand when its transaction is older than ``kafka.transaction_timeout_ms``:
   the broker aborts that transaction, so nothing of the interval can commit. ``overdue`` then
   holds the line that ends the member (``Service.run`` raises it in place of the client error
-  that follows; a checkpoint that commits after all clears it), and ``/health`` says the member
-  is stuck rather than busy.
+  that follows; a checkpoint that commits after all clears it); ``/health``'s stall names the
+  record and the step (``holding``).
 """
 
 from __future__ import annotations
@@ -114,16 +114,15 @@ class SlowRecords:
                 "broker caps it at transaction.max.timeout.ms, 900000 by default)")
             Transport.fatal_explained = True  # the producer's fencing to come is this, said by the member
 
-    def busy(self, limit_s: float, now: float | None = None) -> str | None:
-        """What holds the loop when one record does, for no longer than ``limit_s`` and with
-        its transaction not yet overdue (``/health``: busy, not stalled); else None."""
+    def holding(self, now: float | None = None) -> str | None:
+        """The record that holds the loop, its step and for how long, in words (``/health``'s
+        reason when the loop has not come round); None when none is in hand."""
         msg = self.runner.in_hand
-        if msg is None or msg is not self._seen or self.overdue is not None:
+        if msg is None or msg is not self._seen:
             return None
         took = (time.monotonic() if now is None else now) - self._since
-        if took > limit_s:
-            return None
-        return f"record {coordinates(msg)} has been in the pipeline's steps for {took:.1f} s"
+        step, _where = self.locate()
+        return f"record {coordinates(msg)} in step {step} for {took:.1f} s"
 
     def locate(self) -> tuple[str, str]:
         """The step whose user code is on the loop's stack (its name quoted, or "unknown"), and
