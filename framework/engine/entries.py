@@ -149,7 +149,9 @@ class StoreLayout:
             return text
 
     def _state_entries(self, state: str, key: Any, suffix: bytes, value: Any) -> Iterator[Entry]:
-        if suffix and self.window_size is not None and len(suffix) == 8:
+        if state == "inflight" and len(suffix) == 8:  # an async step's record in flight: its sequence number
+            yield Entry("state", state, key, value, map_key=int.from_bytes(suffix, "big"))
+        elif suffix and self.window_size is not None and len(suffix) == 8:
             start = _U64.unpack(suffix)[0] - _BIAS
             yield Entry("state", state, key, value, window=(start, start + self.window_size))
         elif suffix:

@@ -248,3 +248,20 @@ def test_a_watermark_leaves_the_step_only_after_every_record_before_it(ordered: 
 def test_only_async_functions_are_async_steps() -> None:
     with pytest.raises(PipelineError, match="map_async takes an async function"):
         Pipeline("p").source(IN).map_async(lambda v: v)  # type: ignore[arg-type]
+
+
+def test_a_record_in_flight_reads_as_an_entry_of_its_store() -> None:
+    """What ``fw state`` shows of an async step's store: each record in flight by its key and
+    sequence number, with its value and origin."""
+    from framework.engine.entries import StoreLayout
+    from framework.serde.values import ValueCodec
+
+    pipeline = priced(PriceService())
+    driver = TestDriver(pipeline, calls="deferred", auto_checkpoint=False)
+    driver.pipe("orders", {"n": 4}, key="k")
+    driver.checkpoint()
+    layout, codec = StoreLayout(pipeline, "price"), ValueCodec(pipeline.types)
+    entries = [e for key, value in driver.dump()["price"].items() if not key.startswith(b"\x00")
+               for e in layout.decode(key, codec.encode(value))]
+    assert [(e.state, e.key, e.map_key, e.value["v"], e.value["o"]) for e in entries] == [
+        ("inflight", "k", 0, {"n": 4}, "orders[0]@0")]
