@@ -14,6 +14,8 @@ and the targets are judged against it. Further files add, each by what it holds:
   ``fw-1`` run of the same file;
 - stream-table join runs (``--workloads j1``) and ``table_memory.py``'s
   ``*-table-memory.json``: "Stream-table join";
+- ``async_calls.py``'s ``*-async-calls.json``: "Async steps" (and its target), and the figures
+  between the ``<!-- async:begin -->`` and ``<!-- async:end -->`` markers of docs/async.md;
 - a throughput-only run of other systems on the same data size and interval (a slow system run
   once, say, while the main run repeats the others): its rows join the main run's tables, and
   the report's head names the file and its number of runs.
@@ -40,6 +42,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
+ASYNC_DOC = ROOT / "docs" / "async.md"
 README = ROOT / "README.md"
 PNG = ROOT / "docs" / "benchmarks.png"
 ORDER = ("fw-1", "fw-n", "quix", "kstreams", "flink-1", "flink-2", "pyflink", "raw")
@@ -669,7 +672,8 @@ def _low_targets(d: dict, low: tuple[str, dict] | None) -> list[str]:
 
 
 def targets_section(d: dict, json_name: str, extra: list[tuple[str, dict]], low: tuple[str, dict] | None,
-                    replays: list[tuple[str, dict]], low_fixed: list[tuple[str, dict]], now: dict) -> list[str]:
+                    replays: list[tuple[str, dict]], low_fixed: list[tuple[str, dict]], now: dict,
+                    calls: list[tuple[str, dict]] | None = None) -> list[str]:
     """Every target with its figure and met / not met / not measured, grouped by what it
     is about; the figures are the main run's unless the row names another run. Shares of the
     raw loop and of the 1 s figure compare ``now`` (``latest``): a case measured again on later
@@ -681,7 +685,8 @@ def targets_section(d: dict, json_name: str, extra: list[tuple[str, dict]], low:
         ("Latency and memory", _latency_targets(d) + _memory_targets(d) + _fixed_rate_targets(d, extra)),
         ("Low-latency exactly-once (100 ms checkpoint" + (f", `{low[0]}`)" if low else ")"),
          _low_targets(now, low) + _low_fixed_targets(low_fixed)),
-    ] + [(f"Replay on Spark, `{name}`", replay_targets(e)) for name, e in replays]
+    ] + [(f"Replay on Spark, `{name}`", replay_targets(e)) for name, e in replays] \
+      + [(f"Async steps, `{name}`", async_targets(e)) for name, e in calls or []]
     lines = ["## Targets", "", (f"Figures of the main run (`{json_name}`) unless the row or the heading names another "
              "run; *not measured*: the given files have no run of it. Memory is flat when the last third of a run "
              "peaks at most 10% above the middle third (the first third is warm-up: state and buffers filling), so "
@@ -690,6 +695,60 @@ def targets_section(d: dict, json_name: str, extra: list[tuple[str, dict]], low:
         if rows:
             lines += [f"**{title}**", "", *TARGET_HEAD, *rows, ""]
     return lines
+
+
+# --- async steps (benchmarks/async_calls.py) --------------------------------------------------
+
+ASYNC_SHARE = 0.4  # the async step's target: at least this share of capacity / latency
+
+
+def async_table(name: str, e: dict) -> list[str]:
+    """One ``async_calls.py`` file: the async step against its ideal, at a fixed rate, and a
+    plain ``map`` making the same calls."""
+    c, b, lat, sync = e["config"], e["backlog"], e["latency"], e["sync"]
+    ms = lat["latency_ms"]
+    return [
+        (f"A step calling a local HTTP service that answers in {_fmt(c['latency_ms'])} ms "
+         f"(`benchmarks/results/{name}`, {_on(e)}): one member, one partition, exactly-once, "
+         f"{c['checkpoint_interval_ms']:,} ms checkpoints; ideal = capacity ÷ latency."), "",
+        "| step | records/s | share of the ideal | CPU s per 1,000 | peak RSS |", "|---|---:|---:|---:|---:|",
+        f"| `map_async`, capacity {c['capacity']} (backlog of {b['records']:,}) | {b['records_per_s']:,} | "
+        f"{b['records_per_s'] / e['ideal_records_per_s']:.0%} of {e['ideal_records_per_s']:,} | "
+        f"{_fmt(b.get('cpu_s_per_1000'))} | {_fmt(b['peak_rss_mb'], ' MB')} |",
+        f"| plain `map`, one call at a time (backlog of {sync['records']:,}) | {sync['records_per_s']:,} | – | "
+        f"{_fmt(sync.get('cpu_s_per_1000'))} | {_fmt(sync['peak_rss_mb'], ' MB')} |", "",
+        (f"At a fixed {lat['rate']:,} records/s (half the backlog's rate), from an input's produce time to its "
+         f"output visible read_committed: p50 {_fmt(ms['p50'])} ms, p95 {_fmt(ms['p95'])} ms, p99 {_fmt(ms['p99'])} "
+         f"ms, max {_fmt(ms['max'])} ms; peak RSS {_fmt(lat['peak_rss_mb'], ' MB')} (a transactional output is "
+         "visible when the checkpoint after it commits: about half a checkpoint interval on average)."), ""]
+
+
+def async_section(calls: list[tuple[str, dict]]) -> list[str]:
+    if not calls:
+        return []
+    lines = ["## Async steps", "",
+             ("`benchmarks/async_calls.py` (docs/async.md): a step that calls another service, as `map_async` "
+              "(aiohttp, many calls at once) and as a plain `map` (one call at a time)."), ""]
+    for name, e in calls:
+        lines += async_table(name, e)
+    return lines
+
+
+def async_targets(e: dict) -> list[str]:
+    share = e["backlog"]["records_per_s"] / e["ideal_records_per_s"]
+    return [_row(f"≥ {ASYNC_SHARE:.0%} of capacity ÷ latency ({e['ideal_records_per_s']:,}/s)", "async", "EOS",
+                 f"{e['backlog']['records_per_s']:,}/s ({share:.0%})", share >= ASYNC_SHARE)]
+
+
+def write_async_doc(name: str, e: dict) -> None:
+    """docs/async.md's figures, between its markers, from one ``async_calls.py`` file."""
+    begin, end = "<!-- async:begin -->", "<!-- async:end -->"
+    text = ASYNC_DOC.read_text()
+    if begin not in text or end not in text:
+        return
+    head, rest = text.split(begin, 1)
+    ASYNC_DOC.write_text(head + begin + "\n" + "\n".join(async_table(name, e)).rstrip() + "\n" + end
+                         + rest.split(end, 1)[1])
 
 
 # --- the stream-table join ----------------------------------------------------------------
@@ -962,7 +1021,8 @@ def markdown(d: dict, json_name: str, extra: list[tuple[str, dict]]) -> str:
     """The whole report: the main run's tables, then each further file's section, the plot,
     the targets, the profile. ``extra`` holds every further file but the main one."""
     memory = [(n, e) for n, e in extra if "rss_full_mb" in e]
-    runs = [(n, e) for n, e in extra if "rss_full_mb" not in e]
+    calls = [(n, e) for n, e in extra if "ideal_records_per_s" in e]
+    runs = [(n, e) for n, e in extra if "rss_full_mb" not in e and "ideal_records_per_s" not in e]
     lows = [(n, e) for n, e in runs if e["config"]["commit_interval_ms"] == LOW_COMMIT_MS]
     low = next(((n, e) for n, e in lows if e["throughput"]), lows[0] if lows else None)
     low_fixed = [(n, e) for n, e in lows if (n, e) != low and e.get("latency")]  # at a rate fixed by hand
@@ -975,8 +1035,8 @@ def markdown(d: dict, json_name: str, extra: list[tuple[str, dict]]) -> str:
     replays = [(n, e) for n, e in [(json_name, d)] + runs if e.get("replay")]
     lines = (head(d, json_name) + throughput_section(d) + latency_section(d) + supplementary(d, fixed_rate)
              + remeasured_section(d, remeasured) + low_latency_section(now, low, low_fixed) + replay_section(replays)
-             + join_section(joins, memory) + plot_section()
-             + targets_section(d, json_name, fixed_rate, low, replays, low_fixed, now) + profile_section(d))
+             + join_section(joins, memory) + async_section(calls) + plot_section()
+             + targets_section(d, json_name, fixed_rate, low, replays, low_fixed, now, calls) + profile_section(d))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -1080,6 +1140,9 @@ def main() -> None:
         plot(d, [(n, e) for n, e in extra if e.get("latency") and len(e["systems"]) > 1
                  and e["config"]["commit_interval_ms"] == d["config"]["commit_interval_ms"]])
     DOC.write_text(markdown(d, path.name, extra))
+    for name, e in extra:
+        if "ideal_records_per_s" in e:  # the latest given: the figures docs/async.md shows
+            write_async_doc(name, e)
     write_readme(d, path.name, [(n, e) for n, e in extra if _remeasures(d, e)])
     print(DOC)
 
