@@ -712,11 +712,11 @@ def async_table(name: str, e: dict) -> list[str]:
          f"(`benchmarks/results/{name}`, {_on(e)}): one member, one partition, exactly-once, "
          f"{c['checkpoint_interval_ms']:,} ms checkpoints; ideal = capacity ÷ latency."), "",
         "| step | records/s | share of the ideal | CPU s per 1,000 | peak RSS |", "|---|---:|---:|---:|---:|",
-        f"| `map_async`, capacity {c['capacity']} (backlog of {b['records']:,}) | {b['records_per_s']:,} | "
-        f"{b['records_per_s'] / e['ideal_records_per_s']:.0%} of {e['ideal_records_per_s']:,} | "
-        f"{_fmt(b.get('cpu_s_per_1000'))} | {_fmt(b['peak_rss_mb'], ' MB')} |",
-        f"| plain `map`, one call at a time (backlog of {sync['records']:,}) | {sync['records_per_s']:,} | – | "
-        f"{_fmt(sync.get('cpu_s_per_1000'))} | {_fmt(sync['peak_rss_mb'], ' MB')} |", "",
+        (f"| `map_async`, capacity {c['capacity']} (backlog of {b['records']:,}) | {b['records_per_s']:,} | "
+         f"{b['records_per_s'] / e['ideal_records_per_s']:.0%} of {e['ideal_records_per_s']:,} | "
+         f"{_fmt(b.get('cpu_s_per_1000'))} | {_fmt(b['peak_rss_mb'], ' MB')} |"),
+        (f"| plain `map`, one call at a time (backlog of {sync['records']:,}) | {sync['records_per_s']:,} | – | "
+         f"{_fmt(sync.get('cpu_s_per_1000'))} | {_fmt(sync['peak_rss_mb'], ' MB')} |"), "",
         (f"At a fixed {lat['rate']:,} records/s (half the backlog's rate), from an input's produce time to its "
          f"output visible read_committed: p50 {_fmt(ms['p50'])} ms, p95 {_fmt(ms['p95'])} ms, p99 {_fmt(ms['p99'])} "
          f"ms, max {_fmt(ms['max'])} ms; peak RSS {_fmt(lat['peak_rss_mb'], ' MB')} (a transactional output is "
