@@ -166,25 +166,30 @@ class AsyncOperator:
         if isinstance(self.fn, AsyncFunction):
             if self._open is None:
                 self._open = asyncio.ensure_future(self.fn.open())
-            await asyncio.shield(self._open)
+            if not self._open.done():
+                await asyncio.shield(self._open)  # the calls that come while it opens wait for it
+            elif self._open.exception() is not None:
+                raise self._open.exception()  # type: ignore[misc]  # open() failed: every call fails with it
         step, fn = self.step, cast(Callable[..., Awaitable[Any]], self.fn)
         retry, timeout = step.retry, step.timeout_ms / 1000
         attempt = 0
         while True:
             attempt += 1
             entry.attempts = attempt
-            call = AsyncCall(entry.key, entry.ts, entry.origin, self.idempotency + entry.origin, attempt)
             began = time.perf_counter()
+            limit = asyncio.timeout(timeout)
             try:
                 if step.emit_many:
-                    awaitable = fn(entry.key, entry.value, call)
+                    awaitable = fn(entry.key, entry.value, self._call(entry, attempt))
+                elif step.with_call:
+                    awaitable = fn(entry.value, self._call(entry, attempt))
                 else:
-                    awaitable = fn(entry.value, call) if step.with_call else fn(entry.value)
-                async with asyncio.timeout(timeout):
+                    awaitable = fn(entry.value)
+                async with limit:
                     result = await awaitable
-            except Exception as exc:
+            except Exception:
                 entry.latencies.append(time.perf_counter() - began)
-                if isinstance(exc, TimeoutError):
+                if limit.expired():  # the step's timeout, not a TimeoutError of the function's own
                     entry.timeouts += 1
                     exc = TimeoutError(f"no answer within timeout_ms={step.timeout_ms}")
                 if attempt < retry.attempts and retry.on_exception(exc):
@@ -196,6 +201,9 @@ class AsyncOperator:
                 await asyncio.sleep(retry.delay_s(attempt))
                 continue
             return list(result) if step.emit_many else result
+
+    def _call(self, entry: _Entry, attempt: int) -> AsyncCall:
+        return AsyncCall(entry.key, entry.ts, entry.origin, self.idempotency + entry.origin, attempt)
 
     # -- results out, on the task's thread ---------------------------------------------------
 

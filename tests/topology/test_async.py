@@ -265,3 +265,30 @@ def test_a_record_in_flight_reads_as_an_entry_of_its_store() -> None:
                for e in layout.decode(key, codec.encode(value))]
     assert [(e.state, e.key, e.map_key, e.value["v"], e.value["o"]) for e in entries] == [
         ("inflight", "k", 0, {"n": 4}, "orders[0]@0")]
+
+
+def test_a_timeout_error_of_the_function_is_its_own_failure_not_the_steps_timeout() -> None:
+    async def gives_up(v: dict[str, Any]) -> dict[str, Any]:
+        raise TimeoutError("the database said: statement timeout")
+
+    driver = TestDriver(priced(gives_up, timeout_ms=10_000))
+    driver.pipe("orders", {"n": 1})
+    [letter] = driver.output(driver.pipeline.dead_letter.name)
+    assert b"statement timeout" in dict(letter.headers)["fw.error.message"]
+    assert "async_timeouts.price" not in driver.metrics()
+
+
+def test_an_async_function_that_cannot_open_fails_each_call_with_why() -> None:
+    class Broken(AsyncFunction):
+        async def open(self) -> None:
+            raise ConnectionRefusedError("no database at db:5432")
+
+        async def __call__(self, value: dict[str, Any], call: AsyncCall) -> dict[str, Any]:
+            return value
+
+    driver = TestDriver(priced(Broken()))
+    for n in range(2):
+        driver.pipe("orders", {"n": n})
+    letters = driver.output(driver.pipeline.dead_letter.name)
+    assert len(letters) == 2
+    assert all(b"no database at db:5432" in dict(r.headers)["fw.error.message"] for r in letters)
