@@ -187,8 +187,9 @@ class AsyncOperator:
                     awaitable = fn(entry.value)
                 async with limit:
                     result = await awaitable
-            except Exception:
+            except Exception as failure:  # noqa: BLE001 - the call's failure: retried, or the record's error
                 entry.latencies.append(time.perf_counter() - began)
+                exc = failure
                 if limit.expired():  # the step's timeout, not a TimeoutError of the function's own
                     entry.timeouts += 1
                     exc = TimeoutError(f"no answer within timeout_ms={step.timeout_ms}")
