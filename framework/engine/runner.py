@@ -195,10 +195,12 @@ class TaskRunner:
         return n
 
     def _run(self, records: Sequence[InputRecord], unrouted: Callable[[InputRecord], None] | None,
-             failed: Callable[[InputRecord], None] | None, until: float) -> int:
+             failed: Callable[[InputRecord], None] | None, until: float, one_partition: bool = False) -> int:
+        """``records`` in order (``one_partition``: all of one partition, as its held ones are:
+        once its async step is full, the rest is held at once, without asking the step each)."""
         routes, fail, due, n, held = self.routes, self.fail_on_error, self._alarm.due, 0, self.held
         skipped: set[TP] = set()
-        cut = None  # the record after which the deadline passed
+        cut = None  # the record after which the deadline passed, or the one a full step did not take
         try:
             for msg in records:
                 if msg.error() is not None:
@@ -222,6 +224,9 @@ class TaskRunner:
                     elif taken_up is HOLD:  # its async step is full: it waits (and so does every later
                         held.setdefault(tp, []).append(msg)  # record of its partition: the step stays full)
                         self.full.add(tp)
+                        if one_partition:
+                            cut = msg
+                            break
                     # else True: a watermark control record, not a record
                 except RecordError as err:
                     if fail:
@@ -237,7 +242,10 @@ class TaskRunner:
             self.records += n
         if cut is not None:
             rest = records[records.index(cut) + 1:]
-            if rest:
+            place = held.get((cut.topic(), cut.partition())) if one_partition else None
+            if place is not None:
+                place.extend(rest)  # its partition's: behind the ones it holds already
+            elif rest:
                 self._hold(rest, unrouted, failed, skipped)
         return n
 
@@ -251,7 +259,7 @@ class TaskRunner:
             if time.monotonic() >= until:  # the deadline passed: hold the rest as it was
                 self.held.setdefault(tp, []).extend(msgs)
             else:
-                n += self._run(msgs, unrouted, failed, until)
+                n += self._run(msgs, unrouted, failed, until, one_partition=True)
         if self.held:
             fresh = []
             for msg in records:

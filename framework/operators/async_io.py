@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 INFLIGHT = state_prefix("inflight")
 HOLD: Any = object()
-"""What a gated handler returns for a record it did not take: its async step is full past the
-record's deadline (``TaskRunner.process`` holds it and the rest of its partition)."""
+"""What a gated handler returns for a record it did not take: its async step is full
+(``TaskRunner.process`` holds it and the rest of its partition until the step has room)."""
 
 
 class Calls(Protocol):
