@@ -50,6 +50,10 @@ def refuse_a_taken_instance_id(admin: Any, group: str, instance_id: str, client_
         status = fetch_status(endpoint, _HOLDER_TIMEOUT_S)
     except StatusUnavailable:
         return
+    # The endpoint the holder advertised may answer for someone else now: the holder died and
+    # another service's member (of this instance id too, say "0") took its freed port.
+    if status.get("service") != group:
+        return
     member = next((m for m in status.get("members") or [] if isinstance(m, dict)), {})
     if member.get("healthy") is True and str(member.get("instance")) == instance_id:
         raise RuntimeProblem(
