@@ -1,5 +1,4 @@
 import json
-import os
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -7,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from framework.broker.local import LocalBroker, free_port_pair
-from framework.broker.registry import DEFAULT_PORT, LocalRegistry, external_registry, free_port
+from framework.broker.local import LocalBroker
+from framework.broker.registry import LocalRegistry, external_registry
 from framework.replay.submit import environment, spark_home
 from tests.integration.harness import ServiceProcess, wait_until
+from tests.ports import worker_port, worker_port_pair
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -38,9 +38,9 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if external:
         yield external
         return
-    # From a port that depends on the process: concurrent test runs look in different places
-    # (a port found free can still be taken by another run's registry while this one starts).
-    port = free_port(start=DEFAULT_PORT + 1 + os.getpid() % 800)
+    # From this worker's window (tests.ports): a port found free can still be taken by
+    # another worker's registry while this one starts.
+    port = worker_port()
     registry = LocalRegistry(tmp_path_factory.mktemp("registry"), port=port)
     status = registry.start()
     try:
@@ -53,7 +53,7 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A broker of the test's own, to kill and restart: its directory is named, so
     FW_BOOTSTRAP_SERVERS (the suite's cluster) does not stand in for it."""
-    own = LocalBroker(tmp_path_factory.mktemp("fault-broker"), free_port_pair(29800))
+    own = LocalBroker(tmp_path_factory.mktemp("fault-broker"), worker_port_pair())
     own.start()
     try:
         yield own
@@ -65,7 +65,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
 def spark_cluster(tmp_path: Path) -> Iterator[str]:
     """A Spark standalone cluster from the installed pyspark: a master and two workers (one
     core each) on loopback; yields its master URL once both workers have registered."""
-    port = free_port_pair(29720)  # the master's port, its web UI on the next
+    port = worker_port_pair()  # the master's port, its web UI on the next
     ui = port + 1
     home = spark_home()
     env = {**environment(), "SPARK_NO_DAEMONIZE": "1"}  # fw replay's: pyspark's Spark, this Python, Java

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from framework.broker.registry import free_port
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from tests.integration.harness import (
     ROOT,
@@ -37,6 +36,7 @@ from tests.integration.harness import (
     service_env,
     wait_until,
 )
+from tests.ports import worker_port
 from tests.present import present
 
 TARGET = "tests.integration.pipelines:http_priced_orders"
@@ -47,7 +47,7 @@ class PriceService:
     """The HTTP service as a process of its own, stopped and started again on its port."""
 
     def __init__(self, workdir: Path) -> None:
-        self.port = free_port(start=29600, count=100)
+        self.port = worker_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / "price-service.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from framework.broker import external_bootstrap
-from framework.broker.local import free_port_pair
+from tests.ports import worker_port_pair
 
 FW = [sys.executable, "-c", "from framework.cli import main; main()"]
 
@@ -21,7 +21,7 @@ def _fw(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.skipif(external_bootstrap() is not None, reason="an external cluster is configured")
 def test_start_twice_status_stop(tmp_path: Path, kafka_bootstrap: str) -> None:
-    port = free_port_pair(29292)
+    port = worker_port_pair()
     env = {**os.environ, "FW_BROKER_DIR": str(tmp_path / "b"), "FW_BROKER_PORT": str(port)}
     first = _fw("broker", "start", env=env)
     try:
@@ -50,7 +50,7 @@ def test_a_port_taken_while_the_broker_starts_is_named(tmp_path: Path, kafka_boo
     from framework.broker.local import LocalBroker
     from framework.errors import BrokerError
 
-    port = free_port_pair(29292)
+    port = worker_port_pair()
     broker = LocalBroker(tmp_path / "b", port)
     monkeypatch.setattr(broker, "_check_ports", lambda: None)  # the check passed; then the port went
     with socket.socket() as holder:

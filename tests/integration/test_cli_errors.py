@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.broker.local import free_port_pair
+from tests.ports import worker_port_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW_CLIENT_LINE = re.compile(r"^%\d\|", re.MULTILINE)
@@ -101,7 +101,7 @@ def test_a_mistake_is_one_line_with_the_fix_and_the_right_exit_status(
         mistake: Mistake, kafka_bootstrap: str, unique: str, project: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    fill = {"{unique}": unique, "{tmp}": str(tmp_path), "{empty}": str(empty), "{port}": str(free_port_pair(29500))}
+    fill = {"{unique}": unique, "{tmp}": str(tmp_path), "{empty}": str(empty), "{port}": str(worker_port_pair())}
 
     def filled(text: str) -> str:
         for k, v in fill.items():

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from framework.broker.local import LocalBroker, free_port_pair
+from framework.broker.local import LocalBroker
 from tests.docblocks import clean_env
 from tests.integration.harness import ROOT, get_json, wait_until
+from tests.ports import worker_port_pair
 
 # What librdkafka says while a fresh broker loads its coordinators, and of failed connections,
 # in its own format (%3|...|FAIL|rdkafka#producer-1|) or as its log callback words it.
@@ -32,7 +33,7 @@ CLIENT_RETRY_LINES = re.compile(r"GETPID|Coordinator load|FAIL|rdkafka|^%\d\|")
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A broker started by ``fw broker start`` on FW_BROKER_PORT; stopped and deleted after."""
-    own = LocalBroker(tmp_path_factory.mktemp("address") / "broker", free_port_pair(29400))
+    own = LocalBroker(tmp_path_factory.mktemp("address") / "broker", worker_port_pair())
     assert own.port != 28092
     started = _fw(_env(own), "broker", "start")
     try:

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from framework.broker.registry import API_PATH, DEFAULT_PORT, free_port
+from framework.broker.registry import API_PATH, free_port
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from framework.serde import AvroSerde, SchemaRegistryClient, load_schema
 from tests.integration.harness import (
@@ -25,6 +25,7 @@ from tests.integration.harness import (
     service_env,
     wait_until,
 )
+from tests.ports import worker_port
 
 TARGET = "tests.integration.registry_pipelines:registry_numbers"
 V1 = load_schema("demo.Number")
@@ -151,7 +152,7 @@ def test_a_wrong_registry_url_is_one_clear_line(schema_registry: str, tmp_path: 
 
 
 def test_fw_registry_start_status_stop(tmp_path: Path) -> None:
-    port = free_port(start=DEFAULT_PORT + 1 + (os.getpid() + 400) % 800)
+    port = worker_port()
     env = {"FW_REGISTRY_DIR": str(tmp_path / "registry"), "FW_REGISTRY_PORT": str(port),
            "FW_SCHEMA_REGISTRY_URL": ""}
     try:

@@ -21,10 +21,11 @@ from unittest import mock
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from framework.broker.local import LocalBroker, free_port_pair
+from framework.broker.local import LocalBroker
 from framework.kafka.acl import Grant, grant, upsert_scram_user
 from framework.runtime.topics import service_grants
 from tests.integration.harness import ServiceProcess, present, service_env, wait_until
+from tests.ports import worker_port_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests.integration.pipelines:even_odd"
@@ -35,7 +36,7 @@ N = 300
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A broker of its own (SASL_SSL), beside the suite's plaintext one."""
     # A directory named in code: this broker is started even when FW_BOOTSTRAP_SERVERS names a cluster.
-    broker = LocalBroker(tmp_path_factory.mktemp("secured-broker"), free_port_pair(29600), security="sasl_ssl")
+    broker = LocalBroker(tmp_path_factory.mktemp("secured-broker"), worker_port_pair(), security="sasl_ssl")
     broker.start()
     try:
         yield broker
@@ -184,7 +185,7 @@ def test_a_missing_grant_stops_the_service_with_one_line_naming_it(
 
 
 def test_sasl_plaintext_broker_and_its_client_settings(tmp_path: Path) -> None:
-    broker = LocalBroker(tmp_path / "broker", free_port_pair(29700), security="sasl_plaintext")
+    broker = LocalBroker(tmp_path / "broker", worker_port_pair(), security="sasl_plaintext")
     status = broker.start()
     try:
         assert status.security == "sasl_plaintext"

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from framework.broker.local import LocalBroker, free_port_pair
+from framework.broker.local import LocalBroker
 from framework.kafka.inspect import Cluster
 from tests.docblocks import ROOT, Block, Runner, clean_env, parse
+from tests.ports import worker_port_pair
 
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 SERVICE = "orders"  # the service the tutorial creates: its topics and groups start with this
@@ -38,7 +39,7 @@ SERVICE = "orders"  # the service the tutorial creates: its topics and groups st
 def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
     """Where the tutorial's ``fw broker start`` starts its broker: a directory of its own on a
     free port pair that is not the default one; stopped and deleted at the end."""
-    broker = LocalBroker(tmp_path / "broker", free_port_pair(29400))
+    broker = LocalBroker(tmp_path / "broker", worker_port_pair())
     assert broker.port != 28092
     yield broker
     broker.wipe()
