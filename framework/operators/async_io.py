@@ -170,7 +170,7 @@ class AsyncOperator:
                 await asyncio.shield(self._open)  # the calls that come while it opens wait for it
             elif self._open.exception() is not None:
                 raise self._open.exception()  # type: ignore[misc]  # open() failed: every call fails with it
-        step, fn = self.step, cast(Callable[..., Awaitable[Any]], self.fn)
+        step, fn = self.step, cast("Callable[..., Awaitable[Any]]", self.fn)  # a string: no alias made per call
         retry, timeout = step.retry, step.timeout_ms / 1000
         attempt = 0
         while True:
