@@ -143,7 +143,7 @@ class Observer:
         self._copy(m.checkpoints, (), ckpt.completed)
         self._copy(m.checkpoint_failures, (), ckpt.aborted)
         self._copy(m.aborts, (), svc.output.aborts)
-        for event, n in svc.rebalances.items():
+        for event, n in svc.assignment.rebalances.items():
             self._copy(m.rebalances, (event,), n)
         self._copy(m.stalls, (), svc.stall_warnings)
         if runner.calls is not None:
@@ -177,7 +177,7 @@ class Observer:
         runner, restorer, ckpt = svc.runner, svc.restorer, svc.checkpointer
         slow = getattr(svc, "slow", None)
         wall = time.time()
-        assigned = svc.assigned
+        assigned = svc.assignment.assigned
         inputs, lag_by_partition = self._inputs(assigned)
         m.lag.update({(i["topic"], str(i["partition"])): i["lag"] for i in inputs if i["lag"] is not None})
 
@@ -234,7 +234,8 @@ class Observer:
             recovery = getattr(svc, "recovery", None)
             self.state = ("waiting for the cluster" if recovery is not None and recovery.active and recovery.unreachable
                           else "recovering" if recovery is not None and recovery.active
-                          else "starting" if not svc.has_assignment else "restoring" if restoring_parts else "running")
+                          else "starting" if not svc.assignment.has_assignment
+                          else "restoring" if restoring_parts else "running")
         ready = self.state == "running"
         m.ready.labels(svc.instance_id).set(1 if ready else 0)
         lag_total = sum(i["lag"] for i in inputs if i["lag"] is not None)
@@ -254,7 +255,7 @@ class Observer:
             "counters": {"dead_letters": counters.get("dead_letters", 0),
                          "late_records": {k.partition(".")[2]: v for k, v in counters.items()
                                           if k.startswith("late_records.")},
-                         "rebalances": sum(svc.rebalances.values()), "stall_warnings": svc.stall_warnings,
+                         "rebalances": sum(svc.assignment.rebalances.values()), "stall_warnings": svc.stall_warnings,
                          "slow_records": slow.warnings if slow is not None else 0,
                          "held_records": runner.held_records,
                          "async_in_flight": runner.in_flight() if runner.calls is not None else {},

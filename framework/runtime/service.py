@@ -7,7 +7,7 @@ async steps' results, ticks and observation, stall warnings, the checkpoint; a r
 savepoint hold, which take the whole round) is a participant of its round
 (``framework.runtime.round``). Tasks are started on assignment (after their state is restored
 from the changelogs, with their inputs paused meanwhile) and checkpointed and stopped on
-revocation; this module wires the parts together and answers the group's callbacks.
+revocation (``framework.runtime.assignment``); this module wires the parts together.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from framework.kafka.groups import stable_assignment
 from framework.observe.observer import Observer
 from framework.observe.server import StatusServer
 from framework.pipeline.definition import Pipeline
+from framework.runtime.assignment import Assignment
 from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.faults import crash_point
 from framework.runtime.hold import HoldRound, Holds
@@ -93,9 +94,6 @@ class Service:
         self.static_id = instance_id if static_membership else None
         self.exactly_once = config.processing.guarantee is Guarantee.EXACTLY_ONCE
         self.inputs = pipeline.input_topics()
-        self.assigned: set[TP] = set()
-        self.has_assignment = False  # the group gave this member its first assignment
-        self.rebalances = {"assigned": 0, "revoked": 0, "lost": 0}
         self.client_id: str | None = None  # what advertises the endpoint to fw status
         self.observer: Observer | None = None
         self.standby: Standby | None = None
@@ -177,8 +175,8 @@ class Service:
         # producer's hang does (KafkaOutput); it reconnects to the brokers it knew instead.
         self.admin = admin = admin_client({**settings, "metadata.recovery.strategy": "none"})
         restore_reader = ChangelogReader(settings, f"{self.pipeline.name}-restore", fetch_wait_ms=20)
-        self.restorer = Restorer(self.runner, restore_reader, lambda topics: topic_ids(admin, topics), self._restored,
-                                 self._committed)
+        self.restorer = Restorer(self.runner, restore_reader, lambda topics: topic_ids(admin, topics),
+                                 lambda p: self.assignment.restored(p), self._committed)
         self.checkpointer = Checkpointer(self.runner, self.output, self.consumer, exactly_once=self.exactly_once,
                                          interval_s=cfg.processing.checkpoint_interval_ms / 1000,
                                          timeout_s=cfg.processing.revoke_timeout_ms / 1000, transactional_id=txid)
@@ -186,13 +184,16 @@ class Service:
             self.standby = Standby(self.runner, ChangelogReader(settings, f"{self.pipeline.name}-standby"),
                                    lambda topics: topic_ids(admin, topics), cfg.processing.standby_replicas,
                                    assignment=lambda: stable_assignment(admin, self.pipeline.name),
-                                   member_id=self.consumer.member_id, active=self._active_tasks,
+                                   member_id=self.consumer.member_id, active=lambda: self.assignment.active_tasks(),
                                    committed=self._committed)
         probe = ClusterProbe(settings)
         self.recovery = Recovery(lambda timeout_s: probe.why_not(settings, timeout_s), self._reset,
                                  timeout_s=cfg.processing.broker_outage_timeout_ms / 1000,
                                  where=settings["bootstrap.servers"])
         self.checkpointer.on_broken = self.recovery.begin
+        self.assignment = Assignment(self.instance_id, self.runner, self.restorer, self.consumer, self.checkpointer,
+                                     self.holds, self.standby, unreachable=lambda: self.recovery.unreachable,
+                                     publish=self._publish, timeout_s=cfg.processing.revoke_timeout_ms / 1000)
         self.slow = SlowRecords(self.pipeline, self.runner, warn_after_s=cfg.processing.slow_record_warning_ms / 1000,
                                 transaction_timeout_s=cfg.kafka.transaction_timeout_ms / 1000
                                 if self.exactly_once else None,
@@ -205,14 +206,16 @@ class Service:
         if self.static_id:
             refuse_a_taken_instance_id(self.admin, self.pipeline.name, self.static_id, self.client_id)
         self.checkpointer.start()
-        self.stall = StallWatch(cfg.processing.stall_warning_ms / 1000, self.pipeline.name, self.consumer, admin,
-                                inputs=lambda: [(t, p) for t in self.inputs for p in range(self.partitions)],
-                                assigned=lambda: self.assigned, task_state=self._task_state,
-                                checkpoints=lambda: (self.checkpointer.completed, self.checkpointer.aborted),
-                                quiet_until=lambda: self.recovery.ended_at)
+        self.stall = self.assignment.stall = StallWatch(
+            cfg.processing.stall_warning_ms / 1000, self.pipeline.name, self.consumer, admin,
+            inputs=lambda: [(t, p) for t in self.inputs for p in range(self.partitions)],
+            assigned=lambda: self.assignment.assigned, task_state=self.assignment.task_state,
+            checkpoints=lambda: (self.checkpointer.completed, self.checkpointer.aborted),
+            quiet_until=lambda: self.recovery.ended_at)
         self.round = self._round(cfg, settings)
         self._read_global_tables(cfg)
-        self.consumer.subscribe(self.inputs, self._on_assign, self._on_revoke, self._on_lost)
+        a = self.assignment
+        self.consumer.subscribe(self.inputs, a.on_assign, a.on_revoke, a.on_lost)
         failed = False
         self.slow.start()
         try:
@@ -275,7 +278,7 @@ class Service:
             RecoveryRound(self.recovery, self.checkpointer, self.output, self.consumer, batch,
                           heartbeat=self._heartbeat, publish=self._publish),
             HoldRound(self.holds, self.instance_id, self.checkpointer, self.consumer, batch,
-                      assigned=lambda: self.assigned, restoring=lambda: self.restorer.pending,
+                      assigned=lambda: self.assignment.assigned, restoring=lambda: self.restorer.pending,
                       recovering=lambda: (self.recovery.why or "") if self.recovery.active else None,
                       heartbeat=self._heartbeat),
         ]
@@ -322,16 +325,10 @@ class Service:
 
     def _reset(self) -> None:
         """The member as after a crash, without one: a new producer (its init_transactions
-        settles the broken interval), every task restarted from its stores and restored from
-        its changelogs' committed tails, every input rewound to its committed offset."""
+        settles the broken interval), every task restarted and every input rewound
+        (``Assignment.restart``)."""
         self.checkpointer.renew()
-        parts = sorted({p for _, p in self.assigned})
-        for p in parts:
-            self.restorer.cancel(p)
-            self.runner.stop(p)
-        self.restorer.start(parts)
-        self.consumer.pause(tp for tp in self.assigned if tp[1] in self.restorer.pending)
-        self.consumer.rewind_to_committed(self.assigned, self.config.processing.revoke_timeout_ms / 1000)
+        self.assignment.restart()
         self.output.connectivity.clear()
         self.consumer.connectivity.clear()
         self.checkpointer.resume()
@@ -358,7 +355,7 @@ class Service:
             log.info("service %s instance %s stopped after %d records%s", self.pipeline.name,
                      self.instance_id, self.runner.records, counters(self.runner.metrics()))
 
-    # -- assignment ----------------------------------------------------------------------
+    # -- what the parts call back -------------------------------------------------------
 
     def _committed(self, tps: list[TP]) -> dict[TP, int | None]:
         """The group's committed offsets of input partitions ``tps``, in one request: where a
@@ -368,75 +365,6 @@ class Service:
     def _publish(self) -> None:
         if self.observer is not None:
             self.observer.publish()
-
-    def _on_assign(self, tps: list[TP]) -> list[TP]:
-        """Start the new partitions' tasks, or their restores; returns the input partitions
-        to hold paused until their restore is done (``_restored`` resumes them)."""
-        self.assigned |= set(tps)
-        self.holds.disturb(f"partitions {sorted(tps)} assigned to member {self.instance_id}")
-        self.has_assignment = True
-        if self.stall is not None:
-            self.stall.idle_with_lag = None
-        self.rebalances["assigned"] += 1
-        numbers = sorted({p for _, p in tps} - set(self.runner.tasks) - set(self.restorer.pending))
-        log.info("assigned partitions %s", numbers)
-        if numbers:
-            if self.standby is not None:
-                self.standby.release(numbers)  # their copies become the start of the restore
-            self.restorer.start(numbers)  # those with nothing to restore start at once
-        if self.standby is not None:
-            self.standby.refresh_soon()
-        self._publish()
-        if self.holds.held is not None:
-            return list(tps)  # held: none of them is processed until the release
-        return [tp for tp in tps if tp[1] in self.restorer.pending]
-
-    def _task_state(self, tp: TP) -> str:
-        return ("running" if self.runner.running(tp) else "restoring" if tp[1] in self.restorer.pending
-                else "no task")
-
-    def _active_tasks(self) -> set[int]:
-        """The tasks this member runs, restores or is assigned: never standbys."""
-        return {p for _, p in self.assigned} | set(self.runner.tasks) | set(self.restorer.pending)
-
-    def _restored(self, partition: int) -> None:
-        """Called by the restorer when every store of ``partition`` is at the changelog end."""
-        self.runner.start(partition)
-        if self.holds.held is None:  # held: the release resumes it
-            self.consumer.resume([tp for tp in self.assigned if tp[1] == partition])
-        log.info("partition %d restored and running", partition)
-        self._publish()
-
-    def _on_revoke(self, tps: list[TP]) -> None:
-        """Commit what was processed, then stop the revoked partitions' tasks."""
-        log.info("revoking %s", sorted({p for _, p in tps}))
-        self.holds.disturb(f"partitions {sorted(tps)} revoked from member {self.instance_id}")
-        self.rebalances["revoked"] += 1
-        self.checkpointer.checkpoint("revoke")
-        self._drop(tps)
-        self._publish()
-
-    def _on_lost(self, tps: list[TP]) -> None:
-        """The group moved on without us (a session that timed out, an outage): nothing of
-        ours may commit; the recovery settles the interval (no broker call here: the cluster
-        may be away)."""
-        level = logging.INFO if self.recovery.unreachable else logging.WARNING  # an outage is said once
-        log.log(level, "partitions lost %s: the open interval is dropped, and processed again by whoever "
-                "gets them", sorted({p for _, p in tps}))
-        self.rebalances["lost"] += 1
-        self.holds.disturb(f"partitions {sorted(tps)} lost by member {self.instance_id}")
-        self._drop(tps)
-        self.checkpointer.break_interval("partitions lost")
-
-    def _drop(self, tps: list[TP]) -> None:
-        self.assigned -= set(tps)
-        kept = {p for _, p in self.assigned}
-        for p in {p for _, p in tps} - kept:
-            self.restorer.cancel(p)
-            self.runner.stop(p)
-        if self.standby is not None:
-            self.standby.refresh_soon()
-
 
 def run_service(pipeline: Pipeline, config: Config | None = None, instance_id: str | None = None, *,
                 static_membership: bool = True) -> None:
