@@ -7,6 +7,8 @@ FW_CONFIG; the cluster is ``FW_BOOTSTRAP_SERVERS`` as for ``fw run``). The logic
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
@@ -104,17 +106,18 @@ def topics_tail(topic: str, service: str | None, schema: str | None, last: int, 
         raise click.UsageError("--service and --schema both decode: give one")
     decoder = (Tl.service_decoder(load_service(service), topic) if service
                else Tl.schema_decoder(schema) if schema else Tl.RAW)
-    rows = Tl.tail(_settings(config_file), topic, decoder, start=start, last=last, follow=follow)
+    stop = threading.Event()
+    if follow:  # Ctrl-C (or SIGTERM) ends a follow between reads, the reader closed on the way out
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
     shown = 0
-    try:
-        for r in rows:
-            if as_json:
-                out.emit_json(r.as_dict(), lines=True)
-            else:
-                out.lines([_tail_line(r)])
-            shown += 1
-    except KeyboardInterrupt:
-        return  # the end of a follow
+    for r in Tl.tail(_settings(config_file), topic, decoder, start=start, last=last, follow=follow,
+                     stopped=stop.is_set):
+        if as_json:
+            out.emit_json(r.as_dict(), lines=True)
+        else:
+            out.lines([_tail_line(r)])
+        shown += 1
     if not shown and not as_json and not follow:
         out.lines([f"no committed records in {topic} from there"])
 

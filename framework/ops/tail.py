@@ -245,10 +245,11 @@ def start_positions(settings: Mapping[str, Any], topic: str, start: str | None,
 
 
 def tail(settings: Mapping[str, Any], topic: str, decoder: Decoder, *, start: str | None = None, last: int = 10,
-         follow: bool = False) -> Iterator[TailRow]:
+         follow: bool = False, stopped: Callable[[], bool] = lambda: False) -> Iterator[TailRow]:
     """The committed records of ``topic``: from ``start`` to the end, or (no ``start``) the
     last ``last`` records by timestamp (at most: transaction markers take offsets too); then,
-    with ``follow``, every record as it arrives, until the caller stops iterating."""
+    with ``follow``, every record as it arrives, until ``stopped()`` (checked between reads,
+    so within one read's timeout) or the caller stops iterating."""
     positions = start_positions(settings, topic, start, last)
     reader = TopicReader(settings, positions)
     try:
@@ -257,7 +258,7 @@ def tail(settings: Mapping[str, Any], topic: str, decoder: Decoder, *, start: st
             first = sorted(first, key=lambda r: (r.timestamp or 0, r.partition, r.offset))[-last:] if last else []
         for record in first:
             yield row(record, decoder)
-        while follow:
+        while follow and not stopped():
             records, _ = reader.read(_READ_TIMEOUT_S)
             for record in records:
                 yield row(record, decoder)
