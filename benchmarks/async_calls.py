@@ -6,12 +6,14 @@ part of the test suite.
 
 One member (``fw run``, exactly-once, 1 s checkpoints) over a one-partition input, so one task:
 the ideal rate is ``capacity / latency`` (10,000/s at 100 and 10 ms). The service
-(``benchmarks/apps/latency_service.py``, aiohttp, a process of its own) answers every call after
-exactly ``--latency-ms``; the step (``benchmarks/apps/async_app.py``) calls it with aiohttp.
+(``benchmarks/apps/latency_service.py``, a process of its own: a minimal asyncio HTTP server,
+or with ``--service aiohttp`` an aiohttp one) answers every call after exactly ``--latency-ms``;
+the step (``benchmarks/apps/async_app.py``) calls it with aiohttp.
 
 - **backlog**: ``--records`` produced first, then the member starts; records/s over the middle
   80% of the outputs (from the 10th to the 90th percentile of the times they became visible to a
-  read_committed reader), and the member's CPU seconds per 1,000 records over that span;
+  read_committed reader), and the member's and the service's CPU seconds per 1,000 records
+  over that span;
 - **latency**: ``--rate-share`` (0.5) of that rate, produced at a fixed rate for
   ``--latency-seconds``; p50/p95/p99/max from each input's timestamp (its produce time) to its
   output becoming visible, and the member's peak RSS;
@@ -117,7 +119,7 @@ def check(seen: list[tuple[float, int, int, int]], numbers: range) -> None:
 
 
 def phase(bootstrap: str, workdir: Path, mode: str, capacity: int, url: str, numbers: range,
-          rate: float | None, label: str) -> dict[str, Any]:
+          rate: float | None, label: str, service_pid: int) -> dict[str, Any]:
     """One member over ``numbers``: a backlog (``rate`` None) or a feed at ``rate`` records/s."""
     suffix = f"-{label}-{uuid.uuid4().hex[:6]}"
     run = ServiceRun(BUILDER, bootstrap, workdir / suffix.strip("-"), suffix=suffix, root=ROOT, env={
@@ -136,12 +138,12 @@ def phase(bootstrap: str, workdir: Path, mode: str, capacity: int, url: str, num
         if rate is not None:
             feeder = threading.Thread(target=produce, args=(bootstrap, topic_in, numbers, rate))
             feeder.start()
-        cpu_marks: list[tuple[int, float]] = []
+        cpu_marks: list[tuple[int, float, float]] = []  # outputs, member and service CPU s
         deadline = time.monotonic() + 900
         while len(outputs.seen) < len(numbers):
             if time.monotonic() > deadline or run.proc.poll() is not None:
                 raise RuntimeError(f"{label}: {len(outputs.seen)} of {len(numbers)} outputs\n{run.log_tail()}")
-            cpu_marks.append((len(outputs.seen), cpu_s(pid)))
+            cpu_marks.append((len(outputs.seen), cpu_s(pid), cpu_s(service_pid)))
             peak = max(peak, rss_mb(pid))
             time.sleep(0.2)
         if rate is not None:
@@ -158,10 +160,11 @@ def phase(bootstrap: str, workdir: Path, mode: str, capacity: int, url: str, num
     result: dict[str, Any] = {"mode": mode, "capacity": capacity if mode == "async" else 1, "records": len(numbers),
                               "records_per_s": round(rate_mid), "peak_rss_mb": round(peak, 1)}
     n10, n90 = len(numbers) // 10, len(numbers) * 9 // 10
-    cpu_at = [c for n, c in cpu_marks if n10 <= n <= n90]
-    if len(cpu_at) >= 2:
-        done = [n for n, _ in cpu_marks if n10 <= n <= n90]
-        result["cpu_s_per_1000"] = round((cpu_at[-1] - cpu_at[0]) / max(done[-1] - done[0], 1) * 1000, 3)
+    marks = [m for m in cpu_marks if n10 <= m[0] <= n90]
+    if len(marks) >= 2:
+        (n0, member0, service0), (n1, member1, service1) = marks[0], marks[-1]
+        result["cpu_s_per_1000"] = round((member1 - member0) / max(n1 - n0, 1) * 1000, 3)
+        result["service_cpu_s_per_1000"] = round((service1 - service0) / max(n1 - n0, 1) * 1000, 3)
     if rate is not None:
         lat = sorted(t * 1000 - ts for t, _, _, ts in seen)
         result.update({"rate": rate, "latency_ms": {q: round(lat[min(int(len(lat) * f), len(lat) - 1)], 1) for q, f in
@@ -179,6 +182,8 @@ def main() -> None:
     ap.add_argument("--rate-share", type=float, default=0.5)
     ap.add_argument("--sync-records", type=int, default=500)
     ap.add_argument("--label", default="async-calls")
+    ap.add_argument("--service", choices=("asyncio", "aiohttp"), default="asyncio",
+                    help="the HTTP service called (benchmarks/apps/latency_service.py)")
     args = ap.parse_args()
 
     bootstrap = os.environ.get("FW_BOOTSTRAP_SERVERS") or LocalBroker().start().bootstrap
@@ -188,7 +193,7 @@ def main() -> None:
     port = free_port(start=29650, count=100)
     url = f"http://127.0.0.1:{port}"
     service = subprocess.Popen([sys.executable, "-m", "benchmarks.apps.latency_service", str(port),
-                                str(args.latency_ms)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                str(args.latency_ms), args.service], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         for _ in range(200):
             try:
@@ -197,16 +202,18 @@ def main() -> None:
             except OSError:
                 time.sleep(0.1)
         ideal = args.capacity / (args.latency_ms / 1000)
-        backlog = phase(bootstrap, workdir, "async", args.capacity, url, range(args.records), None, "backlog")
+        backlog = phase(bootstrap, workdir, "async", args.capacity, url, range(args.records), None, "backlog",
+                        service.pid)
         rate = round(backlog["records_per_s"] * args.rate_share)
         n = int(rate * args.latency_seconds)
-        fixed = phase(bootstrap, workdir, "async", args.capacity, url, range(n), rate, "latency")
-        sync = phase(bootstrap, workdir, "sync", 1, url, range(args.sync_records), None, "sync")
+        fixed = phase(bootstrap, workdir, "async", args.capacity, url, range(n), rate, "latency", service.pid)
+        sync = phase(bootstrap, workdir, "sync", 1, url, range(args.sync_records), None, "sync", service.pid)
     finally:
         service.terminate()
         service.wait(30)
     doc = {"run": stamp, "label": args.label, "machine": machine(), "load_before": os.getloadavg(),
            "config": {"latency_ms": args.latency_ms, "capacity": args.capacity, "partitions": 1,
+                      "service": args.service,
                       "checkpoint_interval_ms": 1000, "guarantee": "exactly_once"},
            "ideal_records_per_s": round(ideal), "backlog": backlog, "latency": fixed, "sync": sync,
            "share_of_ideal": round(backlog["records_per_s"] / ideal, 3)}

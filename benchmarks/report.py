@@ -707,16 +707,24 @@ def async_table(name: str, e: dict) -> list[str]:
     plain ``map`` making the same calls."""
     c, b, lat, sync = e["config"], e["backlog"], e["latency"], e["sync"]
     ms = lat["latency_ms"]
+    server = "a minimal asyncio server" if c.get("service") == "asyncio" else "an aiohttp server"
+
+    def cpu(v: float | None) -> str:
+        return "–" if v is None else f"{v:.2f}"
+
     return [
-        (f"A step calling a local HTTP service that answers in {_fmt(c['latency_ms'])} ms "
+        (f"A step calling a local HTTP service ({server}) that answers in {_fmt(c['latency_ms'])} ms "
          f"(`benchmarks/results/{name}`, {_on(e)}): one member, one partition, exactly-once, "
          f"{c['checkpoint_interval_ms']:,} ms checkpoints; ideal = capacity ÷ latency."), "",
-        "| step | records/s | share of the ideal | CPU s per 1,000 | peak RSS |", "|---|---:|---:|---:|---:|",
+        "| step | records/s | share of the ideal | member's CPU s per 1,000 | the service's | peak RSS |",
+        "|---|---:|---:|---:|---:|---:|",
         (f"| `map_async`, capacity {c['capacity']} (backlog of {b['records']:,}) | {b['records_per_s']:,} | "
          f"{b['records_per_s'] / e['ideal_records_per_s']:.0%} of {e['ideal_records_per_s']:,} | "
-         f"{_fmt(b.get('cpu_s_per_1000'))} | {_fmt(b['peak_rss_mb'], ' MB')} |"),
+         f"{cpu(b.get('cpu_s_per_1000'))} | {cpu(b.get('service_cpu_s_per_1000'))} | "
+         f"{_fmt(b['peak_rss_mb'], ' MB')} |"),
         (f"| plain `map`, one call at a time (backlog of {sync['records']:,}) | {sync['records_per_s']:,} | – | "
-         f"{_fmt(sync.get('cpu_s_per_1000'))} | {_fmt(sync['peak_rss_mb'], ' MB')} |"), "",
+         f"{cpu(sync.get('cpu_s_per_1000'))} | {cpu(sync.get('service_cpu_s_per_1000'))} | "
+         f"{_fmt(sync['peak_rss_mb'], ' MB')} |"), "",
         (f"At a fixed {lat['rate']:,} records/s (half the backlog's rate), from an input's produce time to its "
          f"output visible read_committed: p50 {_fmt(ms['p50'])} ms, p95 {_fmt(ms['p95'])} ms, p99 {_fmt(ms['p99'])} "
          f"ms, max {_fmt(ms['max'])} ms; peak RSS {_fmt(lat['peak_rss_mb'], ' MB')} (a transactional output is "
