@@ -27,13 +27,14 @@ from pathlib import Path
 
 from framework.errors import ConfigError
 
-__all__ = ["BROKER_RECORD", "DEFAULT_BROKER_PORT", "LocalAddress", "broker_dir", "fw_home",
+__all__ = ["BROKER_RECORD", "CLUSTER_RECORD", "DEFAULT_BROKER_PORT", "LocalAddress", "broker_dir", "fw_home",
            "local_broker_address", "recorded_broker"]
 
 # Below the kernel's ephemeral port range, so no client's outgoing connection can take it
 # between the check and the broker's bind; the controller listens on the next port.
 DEFAULT_BROKER_PORT = 28092
 BROKER_RECORD = "broker.json"
+CLUSTER_RECORD = "cluster.json"  # a local cluster's directory (framework.broker.cluster): nodes, base port
 
 
 def fw_home(env: Mapping[str, str] | None = None) -> Path:
@@ -65,10 +66,11 @@ class LocalAddress:
 
     port: int
     origin: str
+    nodes: int = 1  # a local cluster's: node i at port + 2(i - 1)
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{self.port + 2 * i}" for i in range(self.nodes))
 
 
 def local_broker_address(env: Mapping[str, str] | None = None, directory: Path | None = None) -> LocalAddress:
@@ -79,9 +81,12 @@ def local_broker_address(env: Mapping[str, str] | None = None, directory: Path |
     ``FW_BROKER_PORT`` that is not a port."""
     env = os.environ if env is None else env
     raw = env.get("FW_BROKER_PORT", "").strip()
-    if raw:
-        return LocalAddress(_port(raw), "FW_BROKER_PORT")
     directory = broker_dir(env) if directory is None else directory
+    cluster = _recorded_cluster(directory)
+    if raw:
+        return LocalAddress(_port(raw), "FW_BROKER_PORT", cluster[1] if cluster else 1)
+    if cluster is not None:
+        return LocalAddress(cluster[0], f"the local cluster recorded in {directory / CLUSTER_RECORD}", cluster[1])
     recorded = recorded_broker(directory)
     if recorded is not None:
         _, bootstrap = recorded
@@ -90,6 +95,15 @@ def local_broker_address(env: Mapping[str, str] | None = None, directory: Path |
             return LocalAddress(int(port), f"the local broker recorded in {directory / BROKER_RECORD}")
     return LocalAddress(DEFAULT_BROKER_PORT, f"the local broker's default port: FW_BROKER_PORT is unset and "
                                              f"{directory} records no broker")
+
+
+def _recorded_cluster(directory: Path) -> tuple[int, int] | None:
+    """The base port and node count of the local cluster ``directory`` holds, if any."""
+    try:
+        state = json.loads((directory / CLUSTER_RECORD).read_text())
+        return int(state["port"]), int(state["nodes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _port(raw: str) -> int:

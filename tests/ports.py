@@ -33,6 +33,11 @@ def worker_port_pair() -> int:
     return _free(0, 2)
 
 
+def worker_ports(count: int) -> int:
+    """``count`` free consecutive ports of this worker (a local cluster's port pairs)."""
+    return _free(0, count)
+
+
 def worker_port() -> int:
     """One free port of this worker."""
     return _free(WIDTH // 2, 1)

@@ -45,29 +45,38 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from framework.errors import BrokerError, EnvironmentProblem
-from framework.home import BROKER_RECORD, broker_dir, fw_home, local_broker_address, recorded_broker
+from framework.home import (
+    BROKER_RECORD,
+    CLUSTER_RECORD,
+    broker_dir,
+    fw_home,
+    local_broker_address,
+    recorded_broker,
+)
 from framework.kafka.admin import broker_answers
 
 KAFKA_VERSION = "4.1.1"
 _HERE = Path(__file__).resolve().parent
 _START_TIMEOUT_S = 90.0
-_STOP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
 
-# Transactions on one node need the transaction log (and offsets) at RF 1 / min ISR 1.
+# Every node is broker and controller. Transactions on one node need the transaction log (and
+# offsets) at RF 1 / min ISR 1; a cluster (``framework.broker.cluster``) has RF 3 / min ISR 2 for
+# every topic by default, the internal ones included.
 _SERVER_PROPERTIES = """\
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller_port}
+node.id={node_id}
+controller.quorum.voters={voters}
 controller.listener.names=CONTROLLER
 log.dirs={data_dir}
 num.partitions=1
-default.replication.factor=1
-offsets.topic.replication.factor=1
+default.replication.factor={rf}
+offsets.topic.replication.factor={rf}
 offsets.topic.num.partitions=10
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor={rf}
+transaction.state.log.min.isr={min_isr}
 transaction.state.log.num.partitions=10
-min.insync.replicas=1
+min.insync.replicas={min_isr}
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 log.retention.hours=-1
@@ -120,6 +129,18 @@ def external_bootstrap() -> str | None:
 
 
 @dataclass(frozen=True)
+class NodeRole:
+    """A node's place in a local cluster: its id, the controller quorum (``1@host:port,...``),
+    the cluster's id (every node's storage is formatted with it) and replication."""
+
+    node_id: int
+    voters: str
+    cluster_id: str
+    replication: int
+    min_insync: int
+
+
+@dataclass(frozen=True)
 class BrokerStatus:
     running: bool
     bootstrap: str
@@ -145,8 +166,9 @@ class LocalBroker:
     """Start, inspect and stop the local broker of one instance directory."""
 
     def __init__(self, instance_dir: Path | None = None, port: int | None = None,
-                 security: str | None = None) -> None:
+                 security: str | None = None, role: NodeRole | None = None) -> None:
         self.instance_dir = Path(instance_dir or broker_dir())
+        self.role = role  # a node of a local cluster (``framework.broker.cluster``), else a single broker
         self.port = int(port or local_broker_address(directory=self.instance_dir).port)
         self.jar_dir = fw_home() / "kafka" / KAFKA_VERSION
         self.log_file = self.instance_dir / "broker.log"
@@ -157,6 +179,7 @@ class LocalBroker:
             raise BrokerError(f"unknown security mode {security!r}; choose one of {', '.join(SECURITY_MODES)}")
         self._requested = security
         self._launched_at = 0  # where the log lines of the latest start begin
+        self._proc: subprocess.Popen[bytes] | None = None
         self._explicit = instance_dir is not None
 
     def _external(self) -> str | None:
@@ -208,13 +231,18 @@ class LocalBroker:
         extra = {k: v for k, v in self.client_settings().items() if k != "bootstrap.servers"}
         return broker_answers(bootstrap, timeout_s=timeout_s, extra=extra)
 
-    def start(self) -> BrokerStatus:
-        """Start the broker unless it runs already; return once it answers metadata requests."""
+    def start(self, wait: bool = True) -> BrokerStatus:
+        """Start the broker unless it runs already; return once it answers metadata requests
+        (``wait=False``: at once, and ``wait_ready`` waits; the nodes of a cluster start
+        together, none answering before a majority of controllers runs)."""
         ext = self._external()
         if ext:
             if not broker_answers(ext, timeout_s=10):
                 raise BrokerError(f"FW_BOOTSTRAP_SERVERS={ext} does not answer a metadata request")
             return self.status()
+        if self.role is None and (self.instance_dir / CLUSTER_RECORD).exists():
+            raise BrokerError(f"{self.instance_dir} holds a local cluster (`fw broker start --nodes N`): start it "
+                              "with `fw broker start`, or `fw broker stop --wipe` it for a single broker")
         current = self.status()
         if self._requested and self._requested != current.security:
             raise BrokerError(
@@ -232,12 +260,20 @@ class LocalBroker:
         pid, _ = self._recorded()
         if pid is not None and alive(pid):
             # Started but not answering yet (e.g. a concurrent start): wait for it.
-            return self._wait_ready(pid)
+            return self._wait_ready(pid) if wait else current
         java = require_tool("java", "Install a Java 17+ JDK, e.g. `apt-get install openjdk-17-jdk-headless`.")
         self._check_ports()
         self.fetch()
         self._prepare(java)
-        return self._launch(java)
+        pid, self._proc = self.launch(java)
+        return self._wait_ready(pid, self._proc) if wait else self.status()
+
+    def wait_ready(self) -> BrokerStatus:
+        """After ``start(wait=False)``: return once the broker answers metadata requests."""
+        pid, _ = self._recorded()
+        if pid is None:
+            raise BrokerError(f"no broker was started in {self.instance_dir}")
+        return self._wait_ready(pid, self._proc)
 
     def stop(self) -> bool:
         """Stop the broker; True when one was running. Leaves the data directory in place."""
@@ -274,7 +310,9 @@ class LocalBroker:
         secrets_ = self._secrets() if mode != "plaintext" and formatted else self._new_secrets(mode)
         props = self.instance_dir / "server.properties"
         fmt = {"port": self.port, "controller_port": self.port + 1, "data_dir": data_dir}
-        text = _SERVER_PROPERTIES.format(**fmt)
+        role = self.role or NodeRole(1, f"1@127.0.0.1:{self.port + 1}", "", 1, 1)
+        text = _SERVER_PROPERTIES.format(**fmt, node_id=role.node_id, voters=role.voters, rf=role.replication,
+                                         min_isr=role.min_insync)
         if mode == "plaintext":
             text += _PLAINTEXT_PROPERTIES.format(**fmt)
         else:
@@ -289,7 +327,7 @@ class LocalBroker:
         _write_private(props, text)
         if formatted:
             return
-        cluster_id = _cluster_id()
+        cluster_id = role.cluster_id or cluster_id_new()
         cmd = [java, "-cp", self._classpath(), "kafka.tools.StorageTool", "format",
                "-t", cluster_id, "-c", str(props)]
         if mode != "plaintext":
@@ -360,7 +398,8 @@ class LocalBroker:
                     "(controller); stop that process or choose other ports with FW_BROKER_PORT"
                 )
 
-    def _launch(self, java: str) -> BrokerStatus:
+    def launch(self, java: str) -> tuple[int, subprocess.Popen[bytes]]:
+        """Start the JVM of a prepared instance, without waiting for it to answer."""
         self.instance_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
             java, "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1",
@@ -374,7 +413,7 @@ class LocalBroker:
                 start_new_session=True, env=self._java_env(),
             )
         self._state_file.write_text(json.dumps({"pid": proc.pid, "bootstrap": self.bootstrap}))
-        return self._wait_ready(proc.pid, proc)
+        return proc.pid, proc
 
     def _wait_ready(self, pid: int, proc: subprocess.Popen[bytes] | None = None) -> BrokerStatus:
         deadline = time.monotonic() + _START_TIMEOUT_S
@@ -453,15 +492,15 @@ def stop_recorded(pid: int | None, state_file: Path) -> bool:
 
 
 def terminate(pid: int) -> None:
-    """SIGTERM, then SIGKILL if ``pid`` is still there after ``_STOP_TIMEOUT_S``; returns
+    """SIGTERM, then SIGKILL if ``pid`` is still there after ``STOP_TIMEOUT_S``; returns
     once it is gone."""
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + _STOP_TIMEOUT_S
+    deadline = time.monotonic() + STOP_TIMEOUT_S
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     if alive(pid):
         os.kill(pid, signal.SIGKILL)
-        _wait_gone(pid)
+        wait_gone(pid)
 
 
 def log_since(path: Path, offset: int) -> str:
@@ -516,7 +555,7 @@ def free_port_pair(start: int = 29192, stop: int = 29992) -> int:
     return free_ports(start, stop, 2)
 
 
-def _cluster_id() -> str:
+def cluster_id_new() -> str:
     # KRaft cluster ids are 16 random bytes, URL-safe base64 without padding (22 chars).
     # Like Kafka's own Uuid.randomUuid, refuse ids starting with "-": the storage tool's
     # argument parser would read one as an option (one id in 64 would fail to format).
@@ -552,7 +591,7 @@ def _not_zombie(pid: int) -> bool:
         return False
 
 
-def _wait_gone(pid: int) -> None:
+def wait_gone(pid: int) -> None:
     deadline = time.monotonic() + 10
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)

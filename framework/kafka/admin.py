@@ -31,6 +31,21 @@ def broker_answers(bootstrap: str, timeout_s: float = 2.0, extra: Mapping[str, s
     return bool(md.brokers)
 
 
+def under_replicated(bootstrap: str) -> tuple[tuple[str, ...], int]:
+    """The partitions (``topic[partition]``) of the cluster at ``bootstrap`` with fewer in-sync
+    replicas than replicas, and the brokers in its metadata; ``((), 0)`` when none answers."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000,
+                            "logger": _PROBE_LOG}
+    admin = AdminClient(conf)
+    try:
+        md = admin.list_topics(timeout=5)
+    except KafkaException:
+        return (), 0
+    under = [f"{t}[{p}]" for t, tm in md.topics.items() for p, pm in tm.partitions.items()
+             if len(pm.isrs) < len(pm.replicas)]
+    return tuple(sorted(under)), len(md.brokers)
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     """A topic the framework needs: name, partitions and topic-level configs."""

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from framework.broker import LocalBroker
+from framework.broker import LocalBroker, external_bootstrap
+from framework.broker.cluster import LocalCluster, is_cluster
 
 __all__ = ["kafka_bootstrap", "unique"]
 
@@ -22,7 +23,11 @@ def kafka_bootstrap() -> Iterator[str]:
     """A real Apache Kafka broker for the whole session: ``FW_BOOTSTRAP_SERVERS`` when set,
     else the local broker (``fw broker start``) at its one address (``framework.home``:
     ``FW_BROKER_PORT``, the broker its directory records, or 28092), started if needed and
-    then stopped again at the end."""
+    then stopped again at the end; or the local cluster its directory holds
+    (``fw broker start --nodes 3``), started if needed and left running."""
+    if is_cluster() and not external_bootstrap():
+        yield LocalCluster().start().bootstrap
+        return
     broker = LocalBroker()
     already = broker.status().running
     status = broker.start()

@@ -77,7 +77,7 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch) -> None:
     plain = uuid.UUID(bytes=bytes(16))
     draws = iter([dashed, plain])
     monkeypatch.setattr(local.uuid, "uuid4", lambda: next(draws))
-    cluster_id = local._cluster_id()
+    cluster_id = local.cluster_id_new()
     assert len(cluster_id) == 22 and not cluster_id.startswith("-")
 
 

@@ -39,6 +39,19 @@ def test_without_fw_broker_port_the_recorded_broker_is_found(tmp_path: Path) -> 
     assert Config.load(env=env).kafka.bootstrap_servers == "127.0.0.1:29400"
 
 
+def test_a_local_cluster_is_every_node_from_its_base_port(tmp_path: Path) -> None:
+    """``fw broker start --nodes 3`` records its base port and size: clients bootstrap from
+    every node, so one node down does not keep a new client out."""
+    (tmp_path / "cluster.json").write_text(json.dumps({"nodes": 3, "port": 29600, "cluster_id": "x"}))
+    env = {"FW_BROKER_DIR": str(tmp_path)}
+    address = local_broker_address(env)
+    assert (address.bootstrap, address.origin) == (
+        "127.0.0.1:29600,127.0.0.1:29602,127.0.0.1:29604", f"the local cluster recorded in {tmp_path / 'cluster.json'}")
+    assert Config.load(env=env).kafka.bootstrap_servers == "127.0.0.1:29600,127.0.0.1:29602,127.0.0.1:29604"
+    assert local_broker_address({**env, "FW_BROKER_PORT": "30092"}).bootstrap == (
+        "127.0.0.1:30092,127.0.0.1:30094,127.0.0.1:30096")
+
+
 def test_the_default_directory_is_under_fw_home(tmp_path: Path) -> None:
     _record(tmp_path / "broker", 29500)
     assert local_broker_address({"FW_HOME": str(tmp_path)}).port == 29500
