@@ -124,6 +124,18 @@ def client_error(exc: BaseException) -> bool:
     return isinstance(exc, (KafkaException, KafkaClientError))
 
 
+def epoch_fenced(exc: BaseException) -> bool:
+    """Whether ``exc`` is a transactional producer's fence: its epoch is no longer the
+    coordinator's (``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``, which librdkafka reports
+    as ``_FENCED``). A newer producer with the same transactional id does that, and so does a
+    coordinator that moved (a broker restarted) and settled the open transaction without it."""
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return err is not None and (err.code() in _EPOCH_FENCES or _fenced(err))
+
+
+_EPOCH_FENCES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+
+
 def _fenced(err: KafkaError) -> bool:
     """A fatal error whose code is only ``_FATAL``: librdkafka names the cause in its text."""
     return err.code() == KafkaError._FATAL and "fenced" in err.str().lower()

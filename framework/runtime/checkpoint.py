@@ -11,7 +11,9 @@ at_least_once: 1, 2, then commit the offsets with the consumer, then 5.
 
 A transactional error is classified as confluent-kafka documents it: retriable → retry the
 call; requires abort → abort, drop the caches, rewind the inputs to the committed offsets;
-fatal → stop with the error. A call whose outcome is unknown (it timed out: the cluster may
+fatal → stop with the error. A producer fenced is not fatal at first: a coordinator that moved
+(a broker restarted) fences it as a newer producer would, so it is a broken interval (below),
+and only the third fence within ``_FENCE_WINDOW_S`` stops the member as fenced. A call whose outcome is unknown (it timed out: the cluster may
 be away) or a producer librdkafka gave up on is neither: the interval is *broken*, nothing
 more of it commits, and ``on_broken`` hands the member to its recovery
 (``framework.runtime.outage``), which settles the interval with a new producer and goes on
@@ -28,13 +30,18 @@ from typing import Any, Protocol
 
 from framework.engine.runner import TaskRunner
 from framework.errors import FatalKafkaError, FencedError, RuntimeProblem
-from framework.kafka.clients import TP, classify
+from framework.kafka.clients import TP, classify, epoch_fenced
 from framework.runtime.faults import crash_point
 
 log = logging.getLogger("framework.checkpoint")
 PHASES = ("state", "flush", "offsets", "commit")  # the parts of a checkpoint timed (``phases_ms``)
 _RETRIES = 5
 _ABANDON_ABORT_S = 5.0
+# Fences that stop the member: this many within the window. One is what a broker restart
+# (a transaction coordinator or group coordinator moving) can do; another process taking the
+# member's transactional id fences it again after every recovery.
+_FENCE_LIMIT = 3
+_FENCE_WINDOW_S = 300.0
 
 
 class TransactionalOutput(Protocol):
@@ -85,6 +92,7 @@ class Checkpointer:
         self._interval_phases = dict.fromkeys(PHASES, 0.0)
         self.on_checkpoint: Callable[[float], None] = lambda duration_s: None
         self.on_broken: Callable[[str], None] = lambda why: None
+        self._fences: list[float] = []  # when the producer was fenced (``_fence``)
 
     def start(self) -> None:
         if self.exactly_once:
@@ -164,6 +172,9 @@ class Checkpointer:
             except Exception as exc:  # classified right here
                 verdict = classify(exc)
                 if verdict == "fatal":
+                    if self._fence(exc):
+                        raise _Broken(f"the producer was fenced ({exc}), as a transaction coordinator that "
+                                      "moved (a broker restarting) does") from exc
                     raise self._fatal(exc) from exc
                 if verdict == "reset" or (verdict == "retry" and attempt == _RETRIES - 1):
                     raise _Broken(f"{exc}") from exc  # its outcome unknown: a new producer settles it
@@ -172,13 +183,23 @@ class Checkpointer:
                 log.debug("checkpoint call failed (retriable, attempt %d): %s", attempt + 1, exc)
                 time.sleep(0.1 * (attempt + 1))
 
+    def _fence(self, exc: Exception) -> bool:
+        """Whether a fence ``exc`` is taken as a broken interval (a new producer goes on from
+        the last checkpoint): not when it is the third within ``_FENCE_WINDOW_S``."""
+        if not (self.exactly_once and epoch_fenced(exc)):
+            return False
+        now = time.monotonic()
+        self._fences = [t for t in self._fences if now - t < _FENCE_WINDOW_S] + [now]
+        return len(self._fences) < _FENCE_LIMIT  # the recovery says it, in one WARNING
+
     def _fatal(self, exc: Exception) -> FatalKafkaError:
         text = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
-        if "fenced" in text.lower():
+        if epoch_fenced(exc) or "fenced" in text.lower():
+            times = f", {len(self._fences)} times within {_FENCE_WINDOW_S:.0f} s" if self._fences else ""
             return FencedError(
-                f"the producer with transactional id {self.transactional_id!r} was fenced ({text}): another "
-                "process started with the same service and --instance-id, or this one held a transaction open "
-                "longer than kafka.transaction_timeout_ms. Fix: give every member its own --instance-id")
+                f"the producer with transactional id {self.transactional_id!r} was fenced ({text}){times}: "
+                "another process runs with the same service and --instance-id, or this one holds transactions open longer than "
+                "kafka.transaction_timeout_ms. Fix: give every member its own --instance-id")
         return FatalKafkaError(f"the cluster refused the checkpoint: {text}")
 
     def abort(self, why: str = "") -> None:
@@ -191,8 +212,8 @@ class Checkpointer:
             try:
                 self.output.abort(self.timeout_s)
             except Exception as exc:
-                if classify(exc) == "fatal":
-                    raise self._fatal(exc) from exc
+                if classify(exc) == "fatal" and not self._fence(exc):
+                    raise self._fatal(exc) from exc  # else fenced: a new producer settles it (below)
                 self.break_interval(f"the abort failed: {exc}")
                 return
         self.runner.abort()

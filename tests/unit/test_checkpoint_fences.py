@@ -1,0 +1,75 @@
+"""A fenced producer at a checkpoint (framework.runtime.checkpoint): a transaction coordinator
+that moved, as a broker restarting moves it, fences the member's producer as a newer producer
+would; the member goes on from its last checkpoint with a new producer (a broken interval),
+and only fences that keep coming (another process with its transactional id) end it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from framework.errors import FencedError
+from framework.runtime import checkpoint as C
+
+OLD_EPOCH = ("Failed to commit offsets to transaction on broker 127.0.0.1:20250/3: s-repartition((null))[0]"
+             "(Broker: Producer attempted an operation with an old epoch)")
+
+
+class FencedOutput:
+    """A producer whose ``send_offsets`` the coordinator refuses as librdkafka reports it."""
+
+    def __init__(self, code: int = KafkaError._FENCED, text: str = OLD_EPOCH) -> None:
+        self.code, self.text = code, text
+
+    def flush(self, timeout_s: float) -> None:
+        pass
+
+    def send_offsets(self, positions: Mapping[Any, int], group_metadata: Any, timeout_s: float) -> None:
+        raise KafkaException(KafkaError(self.code, self.text, fatal=True))
+
+    def commit(self, timeout_s: float) -> None:
+        pass
+
+    def take_changelog_ends(self) -> dict[Any, int]:
+        return {}
+
+
+class Group:
+    def group_metadata(self) -> object:
+        return object()
+
+
+def _checkpointer(output: FencedOutput) -> C.Checkpointer:
+    return C.Checkpointer(None, output, Group(), exactly_once=True, interval_s=1.0,  # type: ignore[arg-type]
+                          timeout_s=5.0, transactional_id="s-0")
+
+
+@pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED])  # librdkafka reports INVALID_PRODUCER_EPOCH as _FENCED
+def test_a_fence_breaks_the_interval_twice_and_ends_the_member_the_third_time(code: int) -> None:
+    cp = _checkpointer(FencedOutput(code))
+    for _ in range(2):
+        with pytest.raises(C._Broken, match="the producer was fenced .*old epoch.*a transaction coordinator that moved"):
+            cp.commit({("in", 0): 5})
+    with pytest.raises(FencedError) as third:
+        cp.commit({("in", 0): 5})
+    assert "transactional id 's-0' was fenced" in str(third.value)
+    assert "3 times within 300 s" in str(third.value) and "--instance-id" in str(third.value)
+
+
+def test_fences_older_than_the_window_do_not_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(C.time, "monotonic", lambda: now[0])
+    cp = _checkpointer(FencedOutput())
+    for _ in range(5):  # one every 200 s: never three within 300 s
+        with pytest.raises(C._Broken):
+            cp.commit({("in", 0): 5})
+        now[0] += 200.0
+
+
+def test_what_no_new_producer_heals_still_ends_the_member_at_once() -> None:
+    cp = _checkpointer(FencedOutput(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "denied"))
+    with pytest.raises(C.FatalKafkaError, match="the cluster refused the checkpoint: denied"):
+        cp.commit({("in", 0): 5})
