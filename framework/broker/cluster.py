@@ -35,7 +35,7 @@ from framework.broker.local import (
     wait_gone,
 )
 from framework.errors import BrokerError
-from framework.home import CLUSTER_RECORD, DEFAULT_BROKER_PORT, broker_dir, fw_home
+from framework.home import CLUSTER_RECORD, DEFAULT_BROKER_PORT, broker_dir, fw_home, recorded_broker
 from framework.kafka.admin import under_replicated
 
 _READY_TIMEOUT_S = 120.0
@@ -165,7 +165,7 @@ class LocalCluster:
         signalled together: one at a time, the last ones would wait for a controller quorum
         that has gone. True when one was running."""
         which = [node] if node is not None else list(range(1, self.nodes + 1))
-        pids = [(self.node(i), self.node(i).status().pid) for i in which]
+        pids = [(self.node(i), _pid(self.instance_dir / f"node-{i}")) for i in which]
         for _, pid in pids:
             if pid is not None:
                 os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
@@ -207,3 +207,9 @@ class LocalCluster:
                 raise BrokerError(f"{up} nodes run but the cluster's metadata lists {st.brokers_seen} brokers after "
                                   f"{_READY_TIMEOUT_S:.0f}s; see the nodes' logs in {self.instance_dir}")
             time.sleep(0.2)
+
+
+def _pid(node_dir: Path) -> int | None:
+    """The pid of a node's JVM while it lives (answering or not: a wedged node is stopped too)."""
+    recorded = recorded_broker(node_dir)
+    return recorded[0] if recorded is not None and alive(recorded[0]) else None

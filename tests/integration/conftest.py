@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from framework.broker.cluster import LocalCluster
 from framework.broker.local import LocalBroker
 from framework.broker.registry import LocalRegistry, external_registry
 from framework.replay.submit import environment, spark_home
 from tests.integration.harness import ServiceProcess, wait_until
-from tests.ports import worker_port, worker_port_pair, worker_ports
+from tests.ports import worker_port, worker_port_pair
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -60,18 +59,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
         yield own
     finally:
         own.wipe()
-
-
-@pytest.fixture
-def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A local cluster of three KRaft nodes of the test's own (replication factor 3,
-    min.insync.replicas 2), to kill and restart nodes of."""
-    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), worker_ports(6), nodes=3)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.wipe()
 
 
 @pytest.fixture
