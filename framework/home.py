@@ -24,11 +24,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from framework.errors import ConfigError
 
 __all__ = ["BROKER_RECORD", "CLUSTER_RECORD", "DEFAULT_BROKER_PORT", "LocalAddress", "broker_dir", "fw_home",
-           "local_broker_address", "recorded_broker"]
+           "local_broker_address", "recorded_broker", "recorded_cluster"]
 
 # Below the kernel's ephemeral port range, so no client's outgoing connection can take it
 # between the check and the broker's bind; the controller listens on the next port.
@@ -97,12 +98,22 @@ def local_broker_address(env: Mapping[str, str] | None = None, directory: Path |
                                              f"{directory} records no broker")
 
 
-def _recorded_cluster(directory: Path) -> tuple[int, int] | None:
-    """The base port and node count of the local cluster ``directory`` holds, if any."""
+def recorded_cluster(directory: Path) -> dict[str, Any] | None:
+    """What ``directory``'s local cluster records (``cluster.json``: ``nodes``, base ``port``,
+    ``cluster_id``), or None when it holds none."""
     try:
         state = json.loads((directory / CLUSTER_RECORD).read_text())
-        return int(state["port"]), int(state["nodes"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
+        return None
+    return dict(state) if isinstance(state, dict) else None
+
+
+def _recorded_cluster(directory: Path) -> tuple[int, int] | None:
+    """The base port and node count of the local cluster ``directory`` holds, if any."""
+    state = recorded_cluster(directory)
+    try:
+        return (int(state["port"]), int(state["nodes"])) if state is not None else None
+    except (KeyError, TypeError, ValueError):
         return None
 
 

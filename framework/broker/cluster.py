@@ -25,17 +25,22 @@ from pathlib import Path
 from typing import Any
 
 from framework.broker.local import (
-    KAFKA_VERSION,
     STOP_TIMEOUT_S,
     LocalBroker,
     NodeRole,
     alive,
     cluster_id_new,
     external_bootstrap,
-    wait_gone,
+    finish,
 )
 from framework.errors import BrokerError
-from framework.home import CLUSTER_RECORD, DEFAULT_BROKER_PORT, broker_dir, fw_home, recorded_broker
+from framework.home import (
+    CLUSTER_RECORD,
+    DEFAULT_BROKER_PORT,
+    broker_dir,
+    recorded_broker,
+    recorded_cluster,
+)
 from framework.kafka.admin import under_replicated
 
 _READY_TIMEOUT_S = 120.0
@@ -99,7 +104,6 @@ class LocalCluster:
         self.port = int(port or os.environ.get("FW_BROKER_PORT") or DEFAULT_BROKER_PORT)
         self.replication = min(3, self.nodes)
         self.min_insync = max(1, self.replication - 1)
-        self.jar_dir = fw_home() / "kafka" / KAFKA_VERSION
 
     # -- the nodes -----------------------------------------------------------------------
 
@@ -119,10 +123,7 @@ class LocalCluster:
         return LocalBroker(self.instance_dir / f"node-{node}", self.node_port(node), role=role)
 
     def _record(self) -> dict[str, Any] | None:
-        try:
-            return dict(json.loads((self.instance_dir / CLUSTER_RECORD).read_text()))
-        except (OSError, ValueError):
-            return None
+        return recorded_cluster(self.instance_dir)
 
     def _cluster_id(self) -> str:
         record = self._record()
@@ -172,11 +173,7 @@ class LocalCluster:
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for b, pid in pids:
             if pid is not None:
-                while alive(pid) and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                if alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-                    wait_gone(pid)
+                finish(pid, deadline)
             b.stop()  # forgets the record
         return any(pid is not None for _, pid in pids)
 

@@ -495,7 +495,11 @@ def terminate(pid: int) -> None:
     """SIGTERM, then SIGKILL if ``pid`` is still there after ``STOP_TIMEOUT_S``; returns
     once it is gone."""
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
+    finish(pid, time.monotonic() + STOP_TIMEOUT_S)
+
+
+def finish(pid: int, deadline: float) -> None:
+    """Wait until ``pid`` (signalled to stop) is gone, SIGKILLing it at ``deadline`` (monotonic)."""
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     if alive(pid):

@@ -13,11 +13,11 @@ A transactional error is classified as confluent-kafka documents it: retriable �
 call; requires abort → abort, drop the caches, rewind the inputs to the committed offsets;
 fatal → stop with the error. A producer fenced is not fatal at first: a coordinator that moved
 (a broker restarted) fences it as a newer producer would, so it is a broken interval (below),
-and only the third fence within ``_FENCE_WINDOW_S`` stops the member as fenced. A call whose outcome is unknown (it timed out: the cluster may
-be away) or a producer librdkafka gave up on is neither: the interval is *broken*, nothing
-more of it commits, and ``on_broken`` hands the member to its recovery
-(``framework.runtime.outage``), which settles the interval with a new producer and goes on
-from the last checkpoint, as after a crash. The checkpointer sees the runner, the producer
+and only the third fence within ``_FENCE_WINDOW_S`` stops the member as fenced. A call whose
+outcome is unknown (it timed out: the cluster may be away) or a producer librdkafka gave up on
+is neither: the interval is *broken*, nothing more of it commits, and ``on_broken`` hands the
+member to its recovery (``framework.runtime.outage``), which settles the interval with a new
+producer and goes on from the last checkpoint, as after a crash. The checkpointer sees the runner, the producer
 and the consumer through the narrow protocols below, never the service.
 """
 
@@ -198,8 +198,8 @@ class Checkpointer:
             times = f", {len(self._fences)} times within {_FENCE_WINDOW_S:.0f} s" if self._fences else ""
             return FencedError(
                 f"the producer with transactional id {self.transactional_id!r} was fenced ({text}){times}: "
-                "another process runs with the same service and --instance-id, or this one holds transactions open longer than "
-                "kafka.transaction_timeout_ms. Fix: give every member its own --instance-id")
+                "another process runs with the same service and --instance-id, or this one holds transactions "
+                "open longer than kafka.transaction_timeout_ms. Fix: give every member its own --instance-id")
         return FatalKafkaError(f"the cluster refused the checkpoint: {text}")
 
     def abort(self, why: str = "") -> None:
