@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
@@ -14,6 +16,10 @@ from framework.errors import AccessProblem, KafkaClientError
 from framework.kafka.clients import retry_while_not_ready
 from framework.kafka.logs import CLIENT_LOG
 from framework.kafka.logs import QUIET_LOG as _PROBE_LOG
+
+log = logging.getLogger("framework.kafka")
+T = TypeVar("T")
+_CONTROLLER_ATTEMPT_S = 5.0
 
 
 def broker_answers(bootstrap: str, timeout_s: float = 2.0, extra: Mapping[str, str] | None = None) -> bool:
@@ -44,6 +50,48 @@ def under_replicated(bootstrap: str) -> tuple[tuple[str, ...], int]:
     under = [f"{t}[{p}]" for t, tm in md.topics.items() for p, pm in tm.partitions.items()
              if len(pm.isrs) < len(pm.replicas)]
     return tuple(sorted(under)), len(md.brokers)
+
+
+def via_controller(admin: AdminClient, call: Callable[[float], T], timeout_s: float, what: str) -> T:
+    """``call(seconds)``: a request librdkafka sends to the cluster's controller (CreateTopics,
+    CreatePartitions, DescribeTopics), each attempt bounded to a few seconds, and sent again
+    after one that timed out waiting for the controller, until ``timeout_s``. A KRaft broker's
+    metadata names a random broker as the controller, a node that died among them until the
+    cluster fences it (``broker.session.timeout.ms``): librdkafka waits for that node for the
+    whole request timeout. Asking for the metadata again names another."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call(max(min(deadline - time.monotonic(), _CONTROLLER_ATTEMPT_S), 0.1))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is None or not _waited_for_controller(err) or time.monotonic() >= deadline:
+                raise
+            log.info("%s: no answer from the node named the controller (%s): asking another", what, err.str())
+            try:
+                admin.list_topics(timeout=max(min(deadline - time.monotonic(), _CONTROLLER_ATTEMPT_S), 0.1))
+            except KafkaException:
+                pass  # no broker answers now: the next attempt waits, and times out, as this one did
+
+
+def _waited_for_controller(err: KafkaError) -> bool:
+    return err.code() == KafkaError._TIMED_OUT and "controller" in err.str()
+
+
+def _all_done(futures: Mapping[str, Future[Any]]) -> dict[str, KafkaError | None]:
+    """Each future's error (None: done), raising the first that timed out waiting for the
+    controller (one request: it failed for every name) for ``via_controller`` to send again."""
+    out: dict[str, KafkaError | None] = {}
+    for name, fut in futures.items():
+        try:
+            fut.result()
+            out[name] = None
+        except KafkaException as exc:
+            err = exc.args[0]
+            if _waited_for_controller(err):
+                raise
+            out[name] = err
+    return out
 
 
 @dataclass(frozen=True)
@@ -77,21 +125,20 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: flo
     existing = topic_partitions(admin, [s.name for s in specs])
     missing = [s for s in specs if s.name not in existing]
     if missing:
-        futures = admin.create_topics(
-            [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in missing],
-            operation_timeout=timeout_s,
-        )
-        for name, fut in futures.items():
-            try:
-                fut.result()
-            except KafkaException as exc:
-                err = exc.args[0]
+        new = [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in missing]
+        errors = via_controller(admin, lambda t: _all_done(admin.create_topics(new, operation_timeout=t,
+                                                                               request_timeout=t)),
+                                timeout_s, "creating topics")
+        for name, err in errors.items():
+            if err is not None:
                 if err.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
                     raise AccessProblem(
                         f"{who} may not create topic {name!r}, which does not exist or which it may not see: "
                         f"{err.str()}. Fix: create the topic beforehand, or grant it, e.g. kafka-acls --add "
                         f"--allow-principal {who} --operation Create --topic {name} (and the operations the "
                         "service needs on it: fw acls SERVICE --principal ...)") from None
+                if err.code() == KafkaError.REQUEST_TIMED_OUT:
+                    continue  # the controller creates it still: waited for below, as the others
                 if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise KafkaClientError(f"could not create topic {name!r}: {err.str()}") from None
                 # It exists although the metadata did not show it: this client may not see it.
@@ -115,14 +162,11 @@ def _not_describable(admin: AdminClient, names: list[str], timeout_s: float) -> 
     """Those of ``names`` this client may not describe (so their metadata never shows them)."""
     if not names:
         return set()
-    out = set()
-    for name, fut in admin.describe_topics(TopicCollection(names), request_timeout=timeout_s).items():
-        try:
-            fut.result()
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                out.add(name)
-    return out
+    errors = via_controller(admin, lambda t: _all_done(admin.describe_topics(TopicCollection(names),
+                                                                             request_timeout=t)),
+                            timeout_s, "describing topics")
+    return {name for name, err in errors.items() if err is not None
+            and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED}
 
 
 def topic_ids(admin: AdminClient, names: Iterable[str], timeout_s: float = 30.0) -> dict[str, str]:
@@ -131,8 +175,8 @@ def topic_ids(admin: AdminClient, names: Iterable[str], timeout_s: float = 30.0)
     out: dict[str, str] = {}
     for name in names:
         def describe(remaining: float, name: str = name) -> str:
-            futures = admin.describe_topics(TopicCollection([name]), request_timeout=remaining)
-            return str(futures[name].result().topic_id)
+            return via_controller(admin, lambda t: str(admin.describe_topics(
+                TopicCollection([name]), request_timeout=t)[name].result().topic_id), remaining, f"topic {name}")
 
         out[name] = retry_while_not_ready(describe, timeout_s, f"topic {name}")
     return out
@@ -144,14 +188,13 @@ def add_partitions(admin: AdminClient, counts: Mapping[str, int], timeout_s: flo
     assigned right after must find every partition."""
     grow = {t: n for t, n in counts.items() if topic_partitions(admin, [t], timeout_s).get(t, n) < n}
     if grow:
-        futures = admin.create_partitions([NewPartitions(t, n) for t, n in sorted(grow.items())],
-                                          operation_timeout=timeout_s, request_timeout=timeout_s)
-        for name, future in futures.items():
-            try:
-                future.result()
-            except KafkaException as exc:
-                raise KafkaClientError(f"cannot add partitions to topic {name!r} (to {grow[name]}): "
-                                       f"{exc.args[0].str()}") from None
+        added = [NewPartitions(t, n) for t, n in sorted(grow.items())]
+        errors = via_controller(admin, lambda t: _all_done(admin.create_partitions(added, operation_timeout=t,
+                                                                                   request_timeout=t)),
+                                timeout_s, "adding partitions")
+        for name, err in errors.items():
+            if err is not None:
+                raise KafkaClientError(f"cannot add partitions to topic {name!r} (to {grow[name]}): {err.str()}")
     deadline = time.monotonic() + timeout_s
     while (shown := topic_partitions(admin, grow, timeout_s)) != grow:
         if time.monotonic() > deadline:
