@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -228,6 +229,7 @@ class KafkaOutput:
         self.aborts = 0
         self._time_limits: dict[str, tuple[int | None, int | None]] = {}  # topic -> (before, after) ms
         self._accepted: dict[str, tuple[float, float]] = {}  # topic -> timestamps it takes, as of the last poll
+        self._stuck: list[_BoundedCall] = []  # send_offsets calls past their timeout, still running
 
     # -- Output protocol -----------------------------------------------------------------
 
@@ -409,8 +411,22 @@ class KafkaOutput:
         self._p.begin_transaction()
 
     def send_offsets(self, positions: Mapping[TP, int], group_metadata: Any, timeout_s: float) -> None:
+        """send_offsets_to_transaction, bounded by ``timeout_s`` here: librdkafka does not
+        enforce the call's own timeout while the group coordinator it cached is unreachable
+        (a node SIGKILLed: it waits for that node to come back, however long; librdkafka
+        issues 5456 and 5511, open in 2.16). The call runs on a thread of its own; past
+        ``timeout_s`` or 15 s, whichever is shorter (a coordinator that moves takes about
+        10 s: the cluster fences its node after ``broker.session.timeout.ms``, 9 s, then elects
+        another), it is left there, holding this producer, and a ``TimeoutError`` (the
+        checkpoint's outcome unknown) sends the member to a new producer (``renew``)."""
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
-        self._p.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
+        call = _BoundedCall(self._p.send_offsets_to_transaction, offsets, group_metadata, timeout_s)
+        bound = min(timeout_s, _SEND_OFFSETS_BOUND_S)
+        if not call.wait(bound):
+            self._stuck.append(call)
+            raise TimeoutError(f"send_offsets_to_transaction did not return within {bound:.0f} s: the producer "
+                               "waits for a group coordinator it no longer reaches")
+        call.result()
 
     def commit(self, timeout_s: float) -> None:
         try:
@@ -431,11 +447,18 @@ class KafkaOutput:
         transactional id): what it still held is purged, never sent. A transaction it left
         open is settled by the new one's ``init_transactions``: completed if its commit had
         reached the coordinator, aborted otherwise."""
+        old: Producer | None
         old, self._p = self._p, None  # type: ignore[assignment]
+        self._stuck = [c for c in self._stuck if not c.done.is_set()]
+        if any(c.producer is old for c in self._stuck):
+            # a call still runs on it: the producer is its thread's, dropped when the call returns
+            log.debug("replacing a producer whose send_offsets_to_transaction has not returned")
+            old = None
         try:
-            # blocking: librdkafka's destroy must not race the purge of its own queues
-            old.purge(in_queue=True, in_flight=True, blocking=True)
-            old.poll(0)  # its purged records' reports, dropped just below
+            if old is not None:
+                # blocking: librdkafka's destroy must not race the purge of its own queues
+                old.purge(in_queue=True, in_flight=True, blocking=True)
+                old.poll(0)  # its purged records' reports, dropped just below
         except KafkaException as exc:
             log.debug("purging the producer being replaced: %s", exc)
         del old  # librdkafka's destroy: no flush, no abort (the broker may be away)
@@ -445,6 +468,35 @@ class KafkaOutput:
         self.connectivity = Connectivity()
         self._full_conf["error_cb"] = self.connectivity.on_error
         self._p = Producer(self._full_conf)
+
+
+_SEND_OFFSETS_BOUND_S = 15.0  # a send_offsets_to_transaction longer than this is given up (KafkaOutput)
+
+
+class _BoundedCall:
+    """A producer's blocking call on a daemon thread of its own, waited for with a bound."""
+
+    def __init__(self, method: Callable[..., Any], *args: Any) -> None:
+        self.producer = getattr(method, "__self__", None)
+        self.done = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(method, args), name="fw-producer-call", daemon=True)
+        self._thread.start()
+
+    def _run(self, method: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            method(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            self._error = exc
+        finally:
+            self.done.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.done.wait(timeout_s)
+
+    def result(self) -> None:
+        if self._error is not None:
+            raise self._error
 
 
 class GroupConsumer:
@@ -732,13 +784,17 @@ def group_protocol_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The group settings the framework adds to the user's ``kafka.consumer`` for its protocol.
 
     Classic (default): the client-side ``range`` assignor, which gives partition i of every
-    co-partitioned input to the same member; a 10 s session. ``group.protocol=consumer``: the
+    co-partitioned input to the same member; a 45 s session (Kafka's and Kafka Streams'
+    default): longer than a group coordinator takes to move when its node dies (the cluster
+    fences the node after ``broker.session.timeout.ms``, 9 s, then elects the new leader of the
+    group's offsets partition and loads the group), so a member rides that out in its
+    session instead of losing its partitions (and, static, being fenced by its own rejoin). ``group.protocol=consumer``: the
     broker's ``range`` assignor, which does the same when every member subscribes to the same
     topics, all with the same partition count (the broker's default, ``uniform``, does not);
     session and heartbeat are the broker's (``group.consumer.session.timeout.ms``,
     ``group.consumer.heartbeat.interval.ms``)."""
     if settings.get("group.protocol") != "consumer":
-        return {"partition.assignment.strategy": "range", "session.timeout.ms": 10_000,
+        return {"partition.assignment.strategy": "range", "session.timeout.ms": 45_000,
                 "heartbeat.interval.ms": 1_000}
     assignor = settings.get("group.remote.assignor", "range")
     if assignor != "range":
