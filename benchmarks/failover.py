@@ -162,8 +162,11 @@ class Member:
                  group: str) -> None:
         self.name, self.group, self.logs = name, group, logs
         self.cmd = [*cmd, "--instance-id", name, *scenario.args]
+        # the classic group's session of the recorded results (the default is 45 s)
+        session = ({} if scenario.env.get("FW_KAFKA_CONSUMER__GROUP_PROTOCOL") == "consumer"
+                   else {"FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS": "10000"})
         self.env = {**base_env, "FW_STATE_DIR": tempfile.mkdtemp(prefix=f"bench-failover-{name}-"),
-                    "FW_OBSERVE__PORT": "0", **scenario.env}
+                    "FW_OBSERVE__PORT": "0", **session, **scenario.env}
         self.starts = 0
         self.proc: subprocess.Popen[bytes] | None = None
 

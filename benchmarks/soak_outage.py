@@ -94,7 +94,7 @@ def main() -> int:
     suffix = f"soak{os.getpid()}"
     ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec(f"numbers-{suffix}", 4)])
     env = service_env(bootstrap, suffix, checkpoint_interval_ms=1000, batch_size=1000)
-    env.pop("FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS")
+    env["FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS"] = "10000"  # the recorded results' session (the default is 45 s)
     env["FW_OBSERVE__PORT"] = "0"
     if args.outage_timeout_ms is not None:
         env["FW_PROCESSING__BROKER_OUTAGE_TIMEOUT_MS"] = str(args.outage_timeout_ms)
