@@ -398,11 +398,12 @@ def test_a_table_join_is_refused_for_tables_keyed_otherwise() -> None:
 
 
 def priced(how: str = "left", idle_ms: int | None = None, timed: bool = True, bound: int = 0,
-           grace_ms: int | None = None) -> Pipeline:
+           grace_ms: int | None = None, history_ms: int = 10**9) -> Pipeline:
     """Orders (keyed by user) priced from a global table of products, by the order's sku."""
     wm = WatermarkStrategy.bounded_out_of_orderness(bound, timestamp="ts", idle_timeout_ms=idle_ms)
     p = Pipeline("shop")
-    products = p.global_table(Topic("products"), watermarks=wm if timed else None, name="products")
+    products = p.global_table(Topic("products"), history_ms=history_ms, watermarks=wm if timed else None,
+                              name="products")
     orders = p.source(Topic("orders"), watermarks=wm if timed else None)
     orders.join(products, lambda o, pr: [o["id"], pr and pr["price"]], key=lambda o: o["sku"], how=how,
                 grace_ms=grace_ms, name="priced").to(Topic("out"))
@@ -461,6 +462,23 @@ def test_a_global_join_record_already_past_its_grace_joins_at_once_with_what_the
     d.pipe("products", {"price": 7, "ts": 15}, key="a")
     d.pipe("orders", {"id": 3, "sku": "a", "ts": 200}, key="u1")  # 199: order 1's grace is over
     assert [r.value for r in d.output("out")] == [[2, 5], [1, 7]]
+
+
+def test_a_global_table_counts_late_and_expired_updates_as_a_table_does() -> None:
+    """The same updates of one key, to a table and to a global table with the same history:
+    the same versions kept, the same counts."""
+    updates = [(500, 5), (450, 4), (499, 3), (300, 2), (400, 1), (600, 6)]  # watermark bound 0
+    table, global_table = TestDriver(enrich(history_ms=100)), TestDriver(priced(history_ms=100), partitions=1)
+    for ts, n in updates:
+        table.pipe("customers", {"name": n, "ts": ts}, key="a", timestamp=ts)
+        global_table.pipe("products", {"price": n, "ts": ts}, key="a")
+    # late: 450, 499 and 400 (behind 499); expired: 300 (older than 500 - 100), kept otherwise
+    assert table.metrics()["late_records.customers"] == 3 and table.metrics()["expired_records.customers"] == 1
+    assert global_table.metrics()["late_records.products"] == 3
+    assert global_table.metrics()["expired_records.products"] == 1
+    for t in (399, 400, 450, 499, 500, 600):
+        row = table.table("customers", "a", as_of=t)
+        assert global_table.table("products", "a", as_of=t) == (row and {"price": row["name"], "ts": row["ts"]})
 
 
 def test_a_global_tables_record_it_cannot_decode_is_one_error_line_and_the_table_goes_on(
