@@ -10,7 +10,10 @@ looks a row up as of a record's time, and the versions are the same however far 
 has been read, so a task that processes a record again after a crash joins it the same way.
 
 The table's watermark is the minimum over its partitions that are not idle. Listeners (the
-joins of the running tasks) hear when it advances.
+joins of the running tasks) hear when it advances. Lateness and history are a table's: an
+update at or behind the watermark is kept and counted (``late_records.<table>``), one older
+than its key's history is dropped and counted (``expired_records.<table>``); the process's
+counters, beside ``skipped_records.<table>`` (a record the serdes cannot decode).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class GlobalTable:
         self.partitions = 0
         self.watermark = saved.get("w", NO_WATERMARK)
         self.listeners: list[Listener] = []
-        self.skipped = 0  # records of the topic that could not be decoded
+        self.counters: dict[str, int] = {}  # skipped, late and expired records (``_count``), by metric name
         self.changed = False  # progress (offsets, watermarks, idleness) not yet committed
 
     def set_partitions(self, n: int) -> None:
@@ -80,7 +83,7 @@ class GlobalTable:
             if self._assign is not None:
                 ts = self._assign(v, ts)
         except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's fault
-            self.skipped += 1
+            self._count("skipped_records")
             reason = str(exc) if isinstance(exc, RecordError) else f"{type(exc).__name__}: {exc}"
             log.error("global table %s skips %s[%d]@%d: cannot decode it (%s). Fix: write the topic with the "
                       "table's serdes (the record stays in the topic; the table goes on without it)",
@@ -103,7 +106,17 @@ class GlobalTable:
             self._advance()
 
     def _put(self, k: Any, v: Any, ts: int) -> None:
-        put_version(self.store, keyed(TABLE_PREFIX, self._ks(k)), ts, v, self.step.history_ms)
+        """Keep the version and count it as ``build_table`` does: expired, or late (kept: later
+        lookups see it; records already joined do not change). The watermark is the one before
+        this record moves it, as a table's step sees its clock."""
+        if not put_version(self.store, keyed(TABLE_PREFIX, self._ks(k)), ts, v, self.step.history_ms):
+            self._count("expired_records")
+        elif self.watermark != NO_WATERMARK and ts <= self.watermark:
+            self._count("late_records")
+
+    def _count(self, kind: str) -> None:
+        metric = f"{kind}.{self.step.name}"
+        self.counters[metric] = self.counters.get(metric, 0) + 1
 
     def _advance(self) -> None:
         self.changed = True

@@ -476,15 +476,15 @@ class TaskRunner:
 
     def metrics(self) -> dict[str, int]:
         """Counters over the runner's tasks (closed ones included): ``records``,
-        ``dead_letters``, ``late_records.<step>``; and ``skipped_records.<global table>``."""
+        ``dead_letters``, ``late_records.<step>``; and a global table's ``skipped_records``,
+        ``late_records`` and ``expired_records`` (``.<table>``), the process's own."""
         total = dict(self._closed_counters)
         total["records"] = self.records
         total.setdefault("dead_letters", 0)
         for task in self.tasks.values():
             _add(total, task.counters())
-        for name, table in self.globals.tables.items():
-            if table.skipped:
-                total[f"skipped_records.{name}"] = table.skipped
+        for table in self.globals.tables.values():
+            _add(total, table.counters)
         return total
 
     def consumed_by_topic(self) -> dict[str, int]:

@@ -12,7 +12,10 @@ reaches its timestamp (or the join's, the minimum of the stream's and the table'
 idle inputs, when the table's partition is idle): every table update at or before it that
 is not late has arrived, so it joins the value as of its time whatever the order in which
 the two topics were read. ``grace_ms`` bounds the wait: once the stream's
-own watermark passes ``timestamp + grace_ms`` the record joins what the table holds.
+own watermark passes ``timestamp + grace_ms`` the record joins what the table holds. A
+record whose grace the stream's watermark has passed already when it arrives joins at once,
+with what the table holds then: its grace timer would be due already, but fire only at the
+stream's next advance, with whatever the table had gained by then.
 Without event time a record joins the table's latest value when it arrives.
 """
 
@@ -174,6 +177,11 @@ class _Waiting:
         if self.by_grace is not None:
             self.by_grace.register(ts + self.grace, kb)  # type: ignore[operator]
 
+    def past_grace(self, ts: int, stream_watermark: int) -> bool:
+        """Whether a record at ``ts`` is ``grace_ms`` or more behind the stream's watermark
+        already (as a grace timer fires: at ``ts + grace_ms <= watermark``): it waits no more."""
+        return self.grace is not None and ts + self.grace <= stream_watermark
+
     def release(self, kb: bytes, upto: int) -> None:
         """Join and emit ``kb``'s held records at or before ``upto``, in timestamp order."""
         store, hkey = self.store, keyed(self.prefix, kb)
@@ -232,13 +240,15 @@ def build_table_join(step: S.TableJoin, ctx: TaskContext, down: S.Push) -> dict[
     waiting = _Waiting(step, ctx, lookup, joined)
     clock = ctx.clock_for(name)  # min(stream, table), without idle inputs: the stream's when the table idles
     table_clock = ctx.input_clock(name, table_parent)
+    stream_clock = ctx.input_clock(name, stream_parent)
 
     def stream_push(k: Any, v: Any, ts: int) -> None:
         if k is None:
             require_key(k, name)
         ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
         kb = ks(k)
-        if ts <= table_clock.watermark or ts <= clock.watermark:  # the table is known up to here already
+        # the table is known up to here already, or the record's grace is over already
+        if ts <= table_clock.watermark or ts <= clock.watermark or waiting.past_grace(ts, stream_clock.watermark):
             joined(k, v, lookup(kb, v, ts), ts)
         else:
             waiting.hold(kb, v, ts)
@@ -323,7 +333,7 @@ def build_global_join(step: S.GlobalTableJoin, ctx: TaskContext, down: S.Push) -
         if k is None:
             require_key(k, name)
         ts = ts if type(ts) is int and ts >= 0 else checked(ts, name)
-        if ts <= known_until():
+        if ts <= known_until() or waiting.past_grace(ts, clock.watermark):
             joined(k, v, lookup(b"", v, ts), ts)
         else:
             row_key(v)  # a key function that fails does so now, for this record

@@ -21,11 +21,17 @@ asks each owner once for its partitions, and merges the entries in key order, ke
 ``limit``. A scan answers 503 unless every partition was read: a partial scan would look
 like a complete one. The decisions are pure functions (``route``, ``merge_rows``), tested
 without a broker.
+
+The stores queried are those a pipeline names: its stateful steps' and its global tables'.
+The internal ``_time`` store (each task's clock) is neither listed nor answered: its
+watermarks are on ``/status``.
 """
 
 from __future__ import annotations
 
+import difflib
 import heapq
+import re
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -45,11 +51,13 @@ from framework.kafka.groups import group_members
 from framework.observe.endpoint import ask_json, parse_client_id
 from framework.observe.server import FORWARDED
 from framework.pipeline import steps as S
+from framework.pipeline.definition import TIME_STORE
 
 DEFAULT_LIMIT = 100  # entries a scan returns unless ``limit`` says otherwise
 MAX_LIMIT = 10_000  # a scan's answer is one JSON document: it stays of a size a member can build
 _CHUNK = 1_000  # pairs read per hold of a partition's close lock
 _ASK_TIMEOUT_S = 10.0  # how long an owner has to answer a forwarded query
+_NOT_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")  # a '%' that starts no percent-escape
 
 
 def route(held: str | None, owner: str | None, me: str, forwarded: bool) -> str:
@@ -76,6 +84,22 @@ def merge_rows(parts: Iterable[tuple[list[dict[str, Any]], bool]], limit: int) -
     parts = list(parts)
     rows = sorted((r for part, _ in parts for r in part), key=row_order)
     return rows[:limit], len(rows) > limit or any(t for _, t in parts)
+
+
+def unquote_strict(text: str, what: str) -> str:
+    """``text`` (a path segment) percent-decoded as UTF-8; a ``ConfigError`` naming ``what``
+    when it is not a valid encoding: a ``%`` without two hex digits after it, or escapes that
+    are not UTF-8. (``urllib.parse.unquote`` keeps the first as it is and replaces the second,
+    so a key nobody wrote would be looked up.)"""
+    bad = _NOT_ESCAPE.search(text)
+    if bad is not None:
+        raise ConfigError(f"{what} {text!r} is not URL-encoded: {text[bad.start():bad.start() + 3]!r} is no "
+                          "percent-escape. Fix: encode it (a '%' is %25)")
+    try:
+        return urllib.parse.unquote(text, errors="strict")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {text!r} is not URL-encoded UTF-8. Fix: encode the text's UTF-8 "
+                          "bytes") from None
 
 
 def scan_limit(text: str | None) -> int:
@@ -125,11 +149,13 @@ class LiveQueries:
         """``(HTTP status, JSON body)`` for ``path`` (``/stores/<store>[/<key>]``)."""
         _, _, rest = path.partition("/stores")
         store, _, key = rest.lstrip("/").partition("/")
-        store, key = urllib.parse.unquote(store), urllib.parse.unquote(key)
         try:
+            store, key = unquote_strict(store, "store"), unquote_strict(key, "key")
+            stores = self._stores()
             if not store:
-                return 200, {"stores": self.svc.pipeline.store_names() + [g.name for g in
-                                                                          self.svc.pipeline.global_tables()]}
+                return 200, {"stores": stores}
+            if store not in stores:
+                raise _Unavailable(404, {"error": self._unknown(store, stores)})
             if getattr(self.svc, "restorer", None) is None:  # set last of what a query reads
                 raise _Unavailable(503, {"error": "the member is starting: it answers queries once it has joined "
                                                   "its group; ask again"})
@@ -141,9 +167,23 @@ class LiveQueries:
                 return self._get(layout, key, forwarded, owners)
             return self._scan(layout, params, forwarded, owners)
         except ConfigError as exc:
-            return (404 if "has no store" in str(exc) else 400), {"error": str(exc)}
+            return 400, {"error": str(exc)}
         except _Unavailable as exc:
             return exc.code, exc.body
+
+    def _stores(self) -> list[str]:
+        """The stores a query may name: the stateful steps' and the global tables'."""
+        pipeline = self.svc.pipeline
+        return [s for s in pipeline.store_names() if s != TIME_STORE] + [g.name for g in pipeline.global_tables()]
+
+    def _unknown(self, store: str, stores: list[str]) -> str:
+        known = ", ".join(stores) or "none (no stateful step)"
+        if store == TIME_STORE:
+            return (f"store {store!r} is internal (each task's clock) and not queried here: the watermarks are on "
+                    f"/status, and fw state reads it with --source local or changelog; the stores: {known}")
+        close = difflib.get_close_matches(store, stores, 1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"{self.svc.pipeline.name!r} has no store {store!r}; its stores: {known}{hint}"
 
     def _global(self, layout: StoreLayout, key: str, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
         """A global table: every member holds all of it, so this one answers (what its

@@ -520,6 +520,27 @@ def priced_orders() -> Pipeline:
     return p
 
 
+def _rated(pay: dict[str, Any], rate: dict[str, Any] | None) -> list[Any]:
+    return [pay["id"], None if rate is None else rate["rate"]]
+
+
+def graced_rates() -> Pipeline:
+    """Payments (``gr-pay-<suffix>``) joined by event time with a grace of 10 ms with a table
+    of rates (``gr-rates-<suffix>``), to ``gr-out-<suffix>``, and with a global table of rates
+    (``gr-fx-<suffix>``) by the payment's ``cur``, to ``gr-gout-<suffix>``; one partition each,
+    timestamps from ``ts`` with a 0 ms bound."""
+    s = _suffix()
+    p = Pipeline(f"gr-{s}")
+    wm = WatermarkStrategy.bounded_out_of_orderness(0, timestamp="ts")
+    rates = p.table(Topic(f"gr-rates-{s}", partitions=1), watermarks=wm, name="rates")
+    fx = p.global_table(Topic(f"gr-fx-{s}", partitions=1), watermarks=wm, name="fx")
+    pay = p.source(Topic(f"gr-pay-{s}", partitions=1), watermarks=wm, name="pay")
+    pay.join(rates, _rated, how="left", grace_ms=10, name="rated").to(Topic(f"gr-out-{s}"))
+    pay.join(fx, _rated, key=lambda v: v["cur"], how="left", grace_ms=10, name="fx-rated") \
+        .to(Topic(f"gr-gout-{s}"))
+    return p
+
+
 def _both(account: dict[str, Any] | None, customer: dict[str, Any] | None) -> list[Any]:
     return [None if account is None else account["bal"], None if customer is None else customer["tier"]]
 

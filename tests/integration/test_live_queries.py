@@ -4,7 +4,7 @@
   partitions and those of the other member's (forwarded to it): the same committed count,
   the key's partition, and the member that runs it.
 * A scan asked of either member covers both members' partitions, in key order, up to its
-  limit.
+  limit; a key that is not URL-encoded is a 400.
 * A member restoring a partition answers 503 with the restore's progress for its keys, and
   so does the other member, forwarding to it; once restored it answers the value.
 """
@@ -110,6 +110,9 @@ def test_a_scan_asked_of_either_member_covers_both_members_in_key_order(
             code, body = get_json(f"{svc.endpoint()}/stores/counts?from=k10&to=k13&limit=2")
             assert code == 200, body
             assert [e["key"] for e in body["entries"]] == ["k10", "k11"] and body["truncated"] is True
+        assert get_json(f"{a.endpoint()}/stores") == (200, {"stores": ["sums", "counts"]})
+        assert get_json(f"{a.endpoint()}/stores/counts/%ZZ") == (400, {"error": (
+            "key '%ZZ' is not URL-encoded: '%ZZ' is no percent-escape. Fix: encode it (a '%' is %25)")})
     finally:
         assert b.stop() == 0 and a.stop() == 0
 

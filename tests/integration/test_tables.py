@@ -304,3 +304,51 @@ def test_a_savepoint_keeps_a_table_read_from_its_topic_and_a_rollback_rebuilds_i
                   for r in got) == \
         sorted(want.elements())
 
+
+
+def test_a_payment_past_its_grace_joins_at_once_with_what_each_table_holds(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """Payment 2 (at 20) arrives when the payments' watermark is 99, past 20 + the 10 ms grace:
+    both joins (a table, a global table) give it the rate the table holds then, at once, with no
+    later record to move a watermark. A rate at 15 that arrives afterwards changes nothing of it;
+    payment 1, released by its grace once payment 3 moves the watermark to 199, joins that rate."""
+    rates, fx, pay = f"gr-rates-{unique}", f"gr-fx-{unique}", f"gr-pay-{unique}"
+    ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(t, 1) for t in (rates, fx, pay)])
+
+    def put(topic: str, *values: dict[str, Any]) -> None:
+        produce_to_partitions(kafka_bootstrap, topic, [(0, b"x", json.dumps(v).encode()) for v in values])
+
+    put(rates, {"rate": "A", "ts": 5})
+    put(fx, {"rate": "A", "ts": 5})  # the global table is read whole before the member processes anything
+    env = {**service_env(kafka_bootstrap, unique), "FW_OBSERVE__PORT": "0"}
+    svc = ServiceProcess("tests.integration.pipelines:graced_rates", tmp_path, "0", env)
+    services.append(svc.start())
+    group = f"gr-{unique}"
+    wait_until(lambda: committed_offsets(kafka_bootstrap, group, rates) == {0: 1}, 60, "the rate at 5 processed",
+               svc.log_text)
+    outs = (Tail(kafka_bootstrap, f"gr-out-{unique}"), Tail(kafka_bootstrap, f"gr-gout-{unique}"))
+
+    def joined(n: int) -> Callable[[], bool]:
+        return lambda: all(out.drain() >= n for out in outs)
+
+    put(pay, {"id": 1, "cur": "x", "ts": 100}, {"id": 2, "cur": "x", "ts": 20})
+    wait_until(joined(1), 60, "payment 2 joined by both joins, with nothing after it", svc.log_text)
+    assert [[json.loads(present(r.value)) for r in out.records] for out in outs] == [[[2, "A"]]] * 2
+
+    put(rates, {"rate": "B", "ts": 15})
+    put(fx, {"rate": "B", "ts": 15})
+    endpoint = svc.endpoint()
+
+    def fx_has_b() -> bool:
+        code, body = get_json(f"{endpoint}/stores/fx/x")
+        return code == 200 and [ts for ts, _ in body["entries"][0]["value"]] == [5, 15]
+
+    wait_until(lambda: committed_offsets(kafka_bootstrap, group, rates) == {0: 2} and fx_has_b(), 60,
+               "the rates at 15 read by both tables", svc.log_text)
+    put(pay, {"id": 3, "cur": "x", "ts": 200})
+    wait_until(joined(2), 60, "payment 1 released by its grace", svc.log_text)
+    assert svc.stop() == 0
+    for out in outs:
+        out.drain()
+        assert [json.loads(present(r.value)) for r in out.records] == [[2, "A"], [1, "B"]]
+        out.close()

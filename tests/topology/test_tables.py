@@ -169,6 +169,20 @@ def test_grace_bounds_the_wait_by_the_streams_own_watermark() -> None:
     assert joined(d) == [("x", 1, "ann", 30)]
 
 
+def test_a_record_already_past_its_grace_joins_at_once_with_what_the_table_holds() -> None:
+    """The orders' watermark is past order 2's time + grace when it arrives: it joins at once,
+    with the table as it is then, not at the orders' next advance with a later state of it."""
+    d = TestDriver(enrich(grace_ms=10))
+    d.pipe("customers", {"name": "ann", "ts": 5}, key="x", timestamp=5)
+    d.pipe("orders", {"id": 1, "ts": 100}, key="x", timestamp=100)  # the orders' watermark: 99
+    d.pipe("orders", {"id": 2, "ts": 20}, key="x", timestamp=20)  # 20 + 10 <= 99
+    d.pipe("orders", {"id": 3, "ts": 89}, key="x", timestamp=89)  # 89 + 10 = 99: its grace is over too
+    assert [r.value for r in d.output("out")] == [[2, "ann"], [3, "ann"]]
+    d.pipe("customers", {"name": "bea", "ts": 15}, key="x", timestamp=15)
+    d.pipe("orders", {"id": 4, "ts": 200}, key="x", timestamp=200)  # 199: order 1's grace (110) is over
+    assert [r.value for r in d.output("out")] == [[2, "ann"], [3, "ann"], [1, "bea"]]
+
+
 def test_a_late_table_update_counts_and_serves_later_records_only() -> None:
     d = TestDriver(enrich(how="left"))
     d.pipe("customers", {"name": "ann", "ts": 50}, key="x", timestamp=50)
@@ -383,14 +397,16 @@ def test_a_table_join_is_refused_for_tables_keyed_otherwise() -> None:
 # -- global tables ---------------------------------------------------------------------------
 
 
-def priced(how: str = "left", idle_ms: int | None = None, timed: bool = True, bound: int = 0) -> Pipeline:
+def priced(how: str = "left", idle_ms: int | None = None, timed: bool = True, bound: int = 0,
+           grace_ms: int | None = None, history_ms: int = 10**9) -> Pipeline:
     """Orders (keyed by user) priced from a global table of products, by the order's sku."""
     wm = WatermarkStrategy.bounded_out_of_orderness(bound, timestamp="ts", idle_timeout_ms=idle_ms)
     p = Pipeline("shop")
-    products = p.global_table(Topic("products"), watermarks=wm if timed else None, name="products")
+    products = p.global_table(Topic("products"), history_ms=history_ms, watermarks=wm if timed else None,
+                              name="products")
     orders = p.source(Topic("orders"), watermarks=wm if timed else None)
     orders.join(products, lambda o, pr: [o["id"], pr and pr["price"]], key=lambda o: o["sku"], how=how,
-                name="priced").to(Topic("out"))
+                grace_ms=grace_ms, name="priced").to(Topic("out"))
     return p
 
 
@@ -435,6 +451,34 @@ def test_an_idle_global_table_lets_the_stream_watermark_release_records() -> Non
     d.advance_wall_clock(1_000)  # the products topic is idle: the orders' watermark (29) decides
     d.pipe("orders", {"id": 2, "sku": "a", "ts": 31}, key="u1")
     assert [r.value for r in d.output("out")] == [[1, 5]]
+
+
+def test_a_global_join_record_already_past_its_grace_joins_at_once_with_what_the_table_holds() -> None:
+    d = TestDriver(priced(grace_ms=10), partitions=1)
+    d.pipe("products", {"price": 5, "ts": 5}, key="a")
+    d.pipe("orders", {"id": 1, "sku": "a", "ts": 100}, key="u1")  # the orders' watermark: 99
+    d.pipe("orders", {"id": 2, "sku": "a", "ts": 20}, key="u1")  # 20 + 10 <= 99: joins now
+    assert [r.value for r in d.output("out")] == [[2, 5]]
+    d.pipe("products", {"price": 7, "ts": 15}, key="a")
+    d.pipe("orders", {"id": 3, "sku": "a", "ts": 200}, key="u1")  # 199: order 1's grace is over
+    assert [r.value for r in d.output("out")] == [[2, 5], [1, 7]]
+
+
+def test_a_global_table_counts_late_and_expired_updates_as_a_table_does() -> None:
+    """The same updates of one key, to a table and to a global table with the same history:
+    the same versions kept, the same counts."""
+    updates = [(500, 5), (450, 4), (499, 3), (300, 2), (400, 1), (600, 6)]  # watermark bound 0
+    table, global_table = TestDriver(enrich(history_ms=100)), TestDriver(priced(history_ms=100), partitions=1)
+    for ts, n in updates:
+        table.pipe("customers", {"name": n, "ts": ts}, key="a", timestamp=ts)
+        global_table.pipe("products", {"price": n, "ts": ts}, key="a")
+    # late: 450, 499 and 400 (behind 499); expired: 300 (older than 500 - 100), kept otherwise
+    assert table.metrics()["late_records.customers"] == 3 and table.metrics()["expired_records.customers"] == 1
+    assert global_table.metrics()["late_records.products"] == 3
+    assert global_table.metrics()["expired_records.products"] == 1
+    for t in (399, 400, 450, 499, 500, 600):
+        row = table.table("customers", "a", as_of=t)
+        assert global_table.table("products", "a", as_of=t) == (row and {"price": row["name"], "ts": row["ts"]})
 
 
 def test_a_global_tables_record_it_cannot_decode_is_one_error_line_and_the_table_goes_on(
@@ -503,6 +547,40 @@ def test_a_replay_reads_the_global_table_whole_and_joins_as_a_live_member_starte
                        global_records=products)
     replayed = sorted(tuple(serde.deserialize(present(r.value))) for r in rows["out"] if r.topic == "out")
     assert replayed == sorted(tuple(r.value) for r in d.output("out"))
+
+
+def _records(topic: str, rows: list[tuple[str, dict[str, Any]]]) -> list[Record]:
+    """``rows`` as one partition of ``topic``, in offset order, each at its ``ts``."""
+    serde = JsonSerde()
+    return [Record(topic, 0, i, k.encode(), serde.serialize(v), v["ts"]) for i, (k, v) in enumerate(rows)]
+
+
+@pytest.mark.parametrize("kind", ["table", "global table"])
+def test_a_replay_joins_a_record_past_its_grace_at_once_as_the_test_driver_does(kind: str) -> None:
+    """The in-process replay (the Spark job's tasks, without Spark) reads the table's two
+    updates before the orders (a global table whole first, a table merged by timestamp); order 2
+    is past its grace when it arrives and joins the table as it is then, on both engines."""
+    p = enrich(grace_ms=10) if kind == "table" else priced(grace_ms=10)
+    table, field = ("customers", "name") if kind == "table" else ("products", "price")
+    updates: list[tuple[str, dict[str, Any]]] = [("x", {field: "A", "ts": 5}), ("x", {field: "B", "ts": 15})]
+    orders: list[tuple[str, dict[str, Any]]] = [("x" if kind == "table" else "u1", {"id": i, "sku": "x", "ts": ts})
+                                                for i, ts in ((1, 100), (2, 20))]
+    d = TestDriver(p, partitions=1)
+    for topic, records in ((table, updates), ("orders", orders)):
+        for k, v in records:
+            d.pipe(topic, v, key=k, timestamp=v["ts"])
+    sources = {("orders", 0): _records("orders", orders)}
+    ranges = {"orders": {0: [0, 2]}}
+    if kind == "table":
+        sources[("customers", 0)] = _records("customers", updates)
+        ranges["customers"] = {0: [0, 2]}
+    plan = ReplayPlan(target="", service=p.name, run_id="t", bootstrap_servers="", partitions=1, ranges=ranges,
+                      stages=stage_topics(p), output="topic",
+                      global_ranges={} if kind == "table" else {"products": {0: [0, 2]}})
+    rows = run_locally(p, plan, sources, global_records=None if kind == "table" else {
+        ("products", 0): _records("products", updates)})
+    replayed = [JsonSerde().deserialize(present(r.value)) for r in rows["out"] if r.topic == "out"]
+    assert replayed == [r.value for r in d.output("out")] == [[2, "B"]]
 
 
 # -- definition errors ---------------------------------------------------------------------

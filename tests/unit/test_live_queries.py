@@ -1,17 +1,26 @@
 """The decisions of live queries (framework/runtime/queries.py) without a broker: where a
-query goes, how scans merge and filter, and reading a live RocksDB partition from another
-thread while its task closes it."""
+query goes, how scans merge and filter, which stores and keys a request may name, and reading a
+live RocksDB partition from another thread while its task closes it."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from framework import Pipeline, Topic, WatermarkStrategy
 from framework.engine.entries import KeyFilter
 from framework.errors import ConfigError, StateError
-from framework.runtime.queries import DEFAULT_LIMIT, MAX_LIMIT, merge_rows, route, scan_limit
+from framework.runtime.queries import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    LiveQueries,
+    merge_rows,
+    route,
+    scan_limit,
+)
 from framework.state.rocksdb import RocksDBBackend
 
 
@@ -95,3 +104,52 @@ def test_a_partition_closed_while_another_thread_reads_it_closes_for_good(tmp_pa
     assert outcome == [f"state store partition at {tmp_path / 'svc' / 'counts' / '0'} is closed"]
     again = backend.open("svc", "counts", 0)
     assert again is not part and again.changelog_offset() == 1
+
+
+def _shop() -> LiveQueries:
+    """The queries of a member of an event-time service (so with a ``_time`` store) that has
+    not joined its group yet: what it answers then depends on the request alone."""
+    on_ts = WatermarkStrategy.bounded_out_of_orderness(0, timestamp="ts")
+    p = Pipeline("shop")
+    customers = p.table(Topic("customers"), watermarks=on_ts, name="customers")
+    products = p.global_table(Topic("products"), watermarks=on_ts, name="products")
+    orders = p.source(Topic("orders"), watermarks=on_ts)
+    orders.join(customers, lambda o, c: o, name="enrich").join(products, lambda o, pr: o, key=lambda o: o["sku"],
+                                                                name="priced").to(Topic("out"))
+    return LiveQueries(SimpleNamespace(pipeline=p, restorer=None, instance_id="a"))
+
+
+def test_the_store_listing_holds_the_pipelines_stores_and_no_internal_one() -> None:
+    assert _shop().answer("/stores", {}, False) == (200, {"stores": ["customers", "enrich", "priced", "products"]})
+
+
+@pytest.mark.parametrize("path", ["/stores/_time", "/stores/_time/0"])
+def test_the_internal_clock_store_is_not_queried_and_says_where_its_watermarks_are(path: str) -> None:
+    assert _shop().answer(path, {}, False) == (404, {"error": (
+        "store '_time' is internal (each task's clock) and not queried here: the watermarks are on /status, and "
+        "fw state reads it with --source local or changelog; the stores: customers, enrich, priced, products")})
+
+
+def test_an_unknown_store_is_404_naming_the_stores_and_the_closest() -> None:
+    assert _shop().answer("/stores/custmers/ann", {}, False) == (404, {"error": (
+        "'shop' has no store 'custmers'; its stores: customers, enrich, priced, products; did you mean 'customers'?")})
+
+
+def _no_escape(what: str, text: str, escape: str) -> str:
+    return f"{what} {text!r} is not URL-encoded: {escape!r} is no percent-escape. Fix: encode it (a '%' is %25)"
+
+
+@pytest.mark.parametrize(("path", "error"), [
+    ("/stores/customers/%ZZ", _no_escape("key", "%ZZ", "%ZZ")),
+    ("/stores/customers/ann%2", _no_escape("key", "ann%2", "%2")),
+    ("/stores/customers/%FF", "key '%FF' is not URL-encoded UTF-8. Fix: encode the text's UTF-8 bytes"),
+    ("/stores/cust%zomers/ann", _no_escape("store", "cust%zomers", "%zo")),
+])
+def test_a_path_that_is_not_url_encoded_is_400_in_one_line(path: str, error: str) -> None:
+    assert _shop().answer(path, {}, False) == (400, {"error": error})
+
+
+def test_a_well_encoded_key_goes_on_to_the_member() -> None:
+    """``%25`` and UTF-8 escapes decode; the member, not started yet, says so."""
+    code, body = _shop().answer("/stores/customers/100%25%20%C3%A9", {}, False)
+    assert code == 503 and body["error"].startswith("the member is starting")
