@@ -134,6 +134,7 @@ def _read(path: Path, manifest: Manifest, relative: str, columns: tuple[str, ...
         table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowException, OSError, ValueError) as exc:
         said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        said = said.split("'<Buffer>': ", 1)[-1]  # the reader's name for the bytes: the file is named already
         raise damaged(path, manifest, f"{file} is not readable Parquet ({said})") from None
     digest = hashlib.sha256(data).hexdigest()
     listed = manifest.files.get(relative)
