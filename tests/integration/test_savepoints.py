@@ -383,8 +383,8 @@ def _service_state(bootstrap: str, service: str, source: str) -> dict[str, Any]:
     internal = [f"{service}-by-group-repartition", *(f"{service}-{s}-changelog" for s in ("_time", "per-second",
                                                                                         "totals"))]
     return {"ids": topic_ids(admin_client({"bootstrap.servers": bootstrap}), internal),
-            "records": {t: [(r.partition, r.offset, r.key, r.value) for r in read_topic(bootstrap, t)]
-                        for t in internal},
+            "records": {t: sorted(((r.partition, r.offset, r.key, r.value) for r in read_topic(bootstrap, t)),
+                                  key=lambda r: r[:2]) for t in internal},  # partitions interleave as they come
             "offsets": {t: committed_offsets(bootstrap, service, t) for t in (source, internal[0])}}
 
 
