@@ -1,6 +1,8 @@
-"""``fw savepoint create | list | describe | restore``: a service's state and positions kept as
-files, and put back onto a stopped service (docs/savepoints.md); ``fw rescale``: the three steps of a rescale. The logic is in ``framework.savepoint``; this
-module parses options and prints (``framework.cli.output``)."""
+"""``fw savepoint create | list | describe | restore``: a service's state and positions, running
+or stopped, kept as files, and put back onto a stopped service (docs/savepoints.md); ``fw
+rescale``: the three steps of a rescale. The logic is in ``framework.savepoint``; this module
+parses options and prints (``framework.cli.output``). Every refusal is a ``RuntimeProblem``
+(``fw`` exits 1); a wrong argument is a usage error (2)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ if TYPE_CHECKING:
 
 @click.group()
 def savepoint() -> None:
-    """Snapshot a stopped service's state and positions, list, describe and restore them."""
+    """Snapshot a service's state and positions (running: its members held at a checkpoint
+    meanwhile; or stopped), list and describe the savepoints, restore one onto the stopped
+    service."""
 
 
 def _service(service: str, command: str) -> Pipeline:
@@ -60,6 +64,7 @@ def savepoint_create(service: str, path: Path | None, master: str | None, confs:
     stores_by = None if master is None else SparkStores(service, master, confs, config_file)
     where, manifest = create_savepoint(_settings(config_file), _service(service, "savepoint create"), path,
                                        stores_by, hold_s)
+    where = where.resolve()
     if as_json:
         out.emit_json({"path": str(where), **_summary(manifest)})
         return
@@ -112,7 +117,7 @@ def savepoint_list(service: str | None, as_json: bool) -> None:
     name = _service(service, "savepoint list").name if service and is_target(service) else service
     found = list_savepoints(savepoint_root(), name)
     if as_json:
-        out.emit_json([{"path": str(s.path), "size": s.size, **_summary(s.manifest)} for s in found])
+        out.emit_json([{"path": str(s.path.resolve()), "size": s.size, **_summary(s.manifest)} for s in found])
         return
     out.table(None, ["savepoint", "service", "created", "stores", "entries", "size"],
               [(str(s.path), s.manifest.service, s.manifest.created, str(len(s.manifest.stores)),
@@ -139,14 +144,16 @@ def savepoint_describe(path: Path, as_json: bool) -> None:
               help="Restore even though the savepoint holds stores the pipeline no longer has (left out).")
 @click.option("--partitions", type=click.IntRange(min=1), default=None,
               help="The partition count of the service's sources, when it is not the savepoint's: rescales it.")
-@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Read and check every file as a restore does, show what would change; change nothing.")
 @_common
 def savepoint_restore(service: str, path: Path, allow_dropped_state: bool, partitions: int | None, dry_run: bool,
                       as_json: bool, config_file: str | None) -> None:
     """Put the savepoint at PATH back onto SERVICE (module:pipeline), which must be stopped:
     its changelogs, repartition topics and group offsets become the savepoint's; its local
-    state here is deleted. With --partitions N, onto sources of N partitions: each key's state
-    goes to the partition the partitioner gives it there."""
+    state here is deleted. Every file is read and checked against the manifest first: a
+    damaged savepoint is refused before anything changes. With --partitions N, onto sources
+    of N partitions: each key's state goes to the partition the partitioner gives it there."""
     from framework.savepoint.restore import apply_restore, plan_restore
 
     config = load_config(config_file)
@@ -184,7 +191,11 @@ def _print_restore(path: Path, plan: RestorePlan, dry_run: bool, as_json: bool) 
     would = "would be " if dry_run else ""
     written = ", ".join(f"{s} ({n} entries)" for s, n in sorted(plan.written.items())) or "none"
     onto = "" if plan.rescale is None else f" (rescaled from {plan.manifest.partitions} to {plan.rescale.tasks} partitions)"
-    out.lines([f"savepoint {path} onto service {plan.service}{onto}", f"stores {would}written: {written}"])
+    checked = "SHA-256 and rows as its manifest lists" if plan.verified.checksummed else (
+        "rows as its manifest counts; it lists no checksums (an earlier release made it)")
+    out.lines([f"savepoint {path} onto service {plan.service}{onto}",
+               f"files read and checked: {len(plan.verified.digests)} ({checked})",
+               f"stores {would}written: {written}"])
     out.table(f"offsets of group {plan.service} {would}committed", ["topic", "partition", "offset"],
               [(t, str(p), str(o)) for (t, p), o in sorted(plan.offsets.items())])
     out.lines([f"topics {would}created anew: {_listed(plan.recreated)}",

@@ -11,8 +11,10 @@ will do, which is how the unit tests drive it without Spark.
    nothing is written.
 2. The directory is written as ``create`` writes one: the given stores from their rows (with
    each partition's ``00 "step"`` signature), every other store and the records in flight
-   copied from ``base``, the offsets ``base``'s unless given, and a manifest describing the
-   target pipeline, so ``fw savepoint restore`` checks it as any other savepoint.
+   copied from ``base`` (checked first, as a restore checks them: ``framework.savepoint.verify``),
+   the offsets ``base``'s unless given, and a manifest describing the target pipeline and
+   listing each file's SHA-256 and rows, so ``fw savepoint restore`` checks it as any other
+   savepoint.
 
 Supported: rolling aggregates (``aggregate``, ``reduce``, ``count``, ``sum``, ``min``, ``max``,
 ``mean``: state ``acc``) and tables with a changelog (``as_table``: state ``table``, a key's
@@ -38,6 +40,7 @@ from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.savepoint.files import Pair, store_rows, write_dataset
 from framework.savepoint.manifest import STORES, Manifest, StoreInfo, describe_pipeline
+from framework.savepoint.verify import checksums, verify
 from framework.state.base import STEP_META_KEY
 from framework.state.keys import keyed, state_prefix
 
@@ -269,6 +272,8 @@ def compose_savepoint(path: Path, pipeline: Pipeline, stores: Mapping[str, Itera
     _check_target(path)
     based = Manifest.load(base) if base is not None else None
     count, positions = _positions(pipeline, based, base, offsets, partitions)
+    if based is not None and base is not None:  # what is copied from it is checked as a restore would
+        verify(base, based, set(based.stores) - set(stores), based.repartition)
     encoded = {name: encode_rows(RowEncoder(pipeline, name, count), rows) for name, rows in stores.items()}
     path.mkdir(parents=True, exist_ok=True)
     try:
@@ -280,6 +285,7 @@ def compose_savepoint(path: Path, pipeline: Pipeline, stores: Mapping[str, Itera
             manifest = _copy_base(path, based, base, manifest, set(infos))
         manifest.stores.update(infos)
         manifest.notes.append(_note(stores, base))
+        manifest.files = checksums(path, manifest)
         manifest.save(path)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)

@@ -16,8 +16,9 @@
 4. The records of each repartition topic between the committed offset and the end are read:
    written by an upstream task whose sources' offsets are committed, not yet processed by the
    downstream task. They are part of the state: a restore writes them back as unprocessed.
-5. The stores, the records in flight and the manifest are written; then the members are
-   released. A rebalance while they were held (or, of a stopped service, a member that joined
+5. The stores, the records in flight and the manifest are written, the manifest last, with
+   each file's SHA-256 and rows (``framework.savepoint.verify``: a restore checks them before it
+   changes anything); then the members are released. A rebalance while they were held (or, of a stopped service, a member that joined
    meanwhile) makes the savepoint void: it is deleted.
 
 At-least-once services checkpoint the same way (state, then offsets); a member killed between
@@ -35,13 +36,19 @@ from pathlib import Path
 from typing import Any, cast
 
 from framework.engine.entries import StoreLayout
-from framework.errors import ConfigError
+from framework.errors import RuntimeProblem
 from framework.kafka.admin import topic_ids
 from framework.kafka.clients import read_range
 from framework.kafka.inspect import Cluster
 from framework.ops.state import rebuild_stores
 from framework.pipeline.definition import Pipeline
-from framework.savepoint.files import InFlight, in_flight_rows, store_rows, write_dataset
+from framework.savepoint.files import (
+    InFlight,
+    in_flight_rows,
+    is_control,
+    store_rows,
+    write_dataset,
+)
 from framework.savepoint.hold import HeldService
 from framework.savepoint.manifest import (
     IN_FLIGHT,
@@ -53,6 +60,7 @@ from framework.savepoint.manifest import (
     default_path,
     describe_pipeline,
 )
+from framework.savepoint.verify import checksums
 from framework.state.base import STEP_META_KEY
 from framework.state.memory import MemoryBackend
 
@@ -75,8 +83,8 @@ def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path
     created = datetime.now(UTC)
     target = path or default_path(pipeline.name, created)
     if target.exists() and any(target.iterdir()):
-        raise ConfigError(f"{target} exists and is not empty: a savepoint goes to a directory of its own. Fix: name "
-                          "another --path, or leave it out (a new directory under FW_SAVEPOINT_DIR)")
+        raise RuntimeProblem(f"{target} exists and is not empty: a savepoint goes to a directory of its own. Fix: "
+                             "name another --path, or leave it out (a new directory under FW_SAVEPOINT_DIR)")
     try:
         with HeldService(settings, pipeline.name, hold_s) as held:
             tasks, committed, flight, sources, outputs = _positions(settings, pipeline)
@@ -90,6 +98,7 @@ def create_savepoint(settings: Mapping[str, Any], pipeline: Pipeline, path: Path
             manifest = Manifest(pipeline.name, pipeline.target or "", created.isoformat(timespec="milliseconds"),
                                 tasks, describe_pipeline(pipeline), stores, offsets, repartition, sources=sources,
                                 held=held, outputs=outputs)
+            manifest.files = checksums(target, manifest)
             manifest.save(target)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
@@ -199,7 +208,8 @@ def restore_ranges(settings: Mapping[str, Any], pipeline: Pipeline,
 
 def _write_in_flight(target: Path, settings: Mapping[str, Any], service: str, topic: str,
                      ranges: Mapping[int, tuple[int, int]]) -> RepartitionInfo:
-    """The committed records of ``topic`` in ``ranges`` (partition -> from, to), as one dataset."""
+    """The committed records of ``topic`` in ``ranges`` (partition -> from, to), as one dataset:
+    the user's records and the upstream tasks' watermark control records, counted apart."""
     reader = f"{service}-savepoint-{uuid.uuid4().hex[:8]}"  # assigns, never joins
     records: list[InFlight] = []
     for p, (start, end) in sorted(ranges.items()):
@@ -208,5 +218,6 @@ def _write_in_flight(target: Path, settings: Mapping[str, Any], service: str, to
                          cast(list[tuple[str, bytes | None]], list(m.headers() or []))) for m in batch]
     relative = f"{IN_FLIGHT}/{topic}"
     write_dataset(in_flight_rows(records), target / relative)
+    control = sum(is_control(key, value, headers) for _p, _o, _ts, key, value, headers in records)
     return RepartitionInfo({p: r[0] for p, r in ranges.items()}, {p: r[1] for p, r in ranges.items()},
-                           len(records), relative)
+                           len(records) - control, relative, control)

@@ -11,6 +11,8 @@ process does not know, say).
 
 In-flight records: ``partition``, ``offset`` (in the topic the savepoint read), ``timestamp``,
 ``key``, ``value``, ``headers`` (a list of ``{key, value}``), in offset order per partition.
+Among them are the upstream tasks' watermark control records (no key, no value, a
+``fw.watermark`` header: ``is_control``), which are not the user's records.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pyarrow.parquet as pq
 
 from framework.engine.entries import StoreLayout
 from framework.ops.targets import plain
+from framework.time.clock import WATERMARK_HEADER
 
 STORES_RESULT = "stores.json"  # what a savepoint's Spark job (framework.replay.snapshot) tells fw savepoint create
 PART = "part-00000.parquet"  # one file per dataset now; readers take every file of the directory
@@ -75,6 +78,11 @@ def in_flight_rows(records: Iterable[InFlight]) -> pa.Table:
                                                     [{"key": k, "value": v} for k, v in headers])):
             columns[name].append(cell)
     return pa.table(columns, schema=RECORD_SCHEMA)
+
+
+def is_control(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]]) -> bool:
+    """Whether a record in flight is a watermark control record (docs/state-format.md, section 6), not the user's."""
+    return key is None and value is None and any(name == WATERMARK_HEADER for name, _ in headers)
 
 
 def write_dataset(table: pa.Table, directory: Path) -> None:

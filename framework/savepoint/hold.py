@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlencode
 
-from framework.errors import ConfigError, KafkaClientError, RuntimeProblem
+from framework.errors import KafkaClientError, RuntimeProblem
 from framework.kafka.admin import admin_client
 from framework.kafka.groups import group_members
 from framework.observe.endpoint import Advertised, ask_json, parse_client_id
@@ -52,10 +52,10 @@ class HeldService:
         found = [(parse_client_id(cid, self.service, host), cid) for cid, host, _ in members]
         silent = [cid for a, cid in found if a.endpoint is None]
         if silent:
-            raise ConfigError(f"member(s) {', '.join(silent)} of {self.service!r} advertise no status endpoint: a "
-                              "savepoint of a running service holds each member at a checkpoint through it. Fix: "
-                              "run the service with its endpoint on (observe.enabled, the default), or stop it "
-                              "and create the savepoint then")
+            raise RuntimeProblem(f"member(s) {', '.join(silent)} of {self.service!r} advertise no status endpoint: a "
+                                 "savepoint of a running service holds each member at a checkpoint through it. Fix: "
+                                 "run the service with its endpoint on (observe.enabled, the default), or stop it "
+                                 "and create the savepoint then")
         try:
             for advertised, _ in found:
                 self._ask(advertised, "hold", seconds=f"{self.seconds:g}")

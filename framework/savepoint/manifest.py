@@ -4,8 +4,10 @@ The manifest is small JSON a person can read and another tool can write: the ser
 the savepoint was made, its format, the pipeline it was made with (a description of every
 step, its serdes and its state signature, and a hash of that description), each store's entry
 counts per partition and the step signature its entries were written by, the group's committed
-offsets, and each repartition topic's committed and end offsets (the records between them are
-in flight: ``in-flight/``). Partition numbers are JSON object keys, so text in the file and
+offsets, each repartition topic's committed and end offsets (the records between them are
+in flight: ``in-flight/``), and each Parquet file's SHA-256 and row count (``files``: a restore
+reads every file it writes from and checks it against them before it changes anything,
+``framework.savepoint.verify``). Partition numbers are JSON object keys, so text in the file and
 ``int`` here.
 
 Savepoints are kept under ``FW_SAVEPOINT_DIR`` (default ``./savepoints``, beside the project's
@@ -23,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from framework.errors import ConfigError
+from framework.errors import RuntimeProblem
 from framework.pipeline.definition import Pipeline
 from framework.state.base import STATE_FORMAT
 
@@ -52,13 +54,29 @@ class StoreInfo:
 @dataclass
 class RepartitionInfo:
     """A repartition topic as the savepoint found it: per partition the group's committed
-    offset and the end; ``records``: how many committed records lay between them (in flight,
-    kept under ``path``)."""
+    offset and the end; ``records``: how many of the user's committed records lay between them
+    (in flight, kept under ``path``); ``control``: how many watermark control records the files
+    hold besides (None in savepoints of earlier releases, whose ``records`` counts them too)."""
 
     committed: dict[int, int]
     end: dict[int, int]
     records: int
     path: str
+    control: int | None = None
+
+    @property
+    def rows(self) -> int:
+        """The rows of its files: the records in flight and the control records."""
+        return self.records + (self.control or 0)
+
+
+@dataclass
+class FileInfo:
+    """One Parquet file of the savepoint (the key of ``Manifest.files``: its path relative to
+    the savepoint): the SHA-256 of its bytes (hex) and its rows."""
+
+    sha256: str
+    rows: int
 
 
 @dataclass
@@ -91,6 +109,7 @@ class Manifest:
     # the end of each topic the service writes (sinks, dead letters), read_committed, as of the savepoint:
     # what it had written then (a rollback's outputs follow these offsets)
     outputs: dict[str, dict[int, int]] = field(default_factory=dict)
+    files: dict[str, FileInfo] = field(default_factory=dict)  # empty in savepoints of earlier releases
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)  # in the order of the fields, signatures as the steps give them
@@ -100,8 +119,8 @@ class Manifest:
         try:
             data = json.loads(text)
             if data.get("format") != SAVEPOINT_FORMAT:
-                raise ConfigError(f"{where} is of savepoint format {data.get('format')!r}; this version reads "
-                                  f"format {SAVEPOINT_FORMAT}. Fix: restore it with the release that made it")
+                raise RuntimeProblem(f"{where} is of savepoint format {data.get('format')!r}; this version reads "
+                                     f"format {SAVEPOINT_FORMAT}. Fix: restore it with the release that made it")
             data["stores"] = {name: StoreInfo(**{**s, "entries": _int_keys(s["entries"])})
                               for name, s in data["stores"].items()}
             data["offsets"] = {t: _int_keys(parts) for t, parts in data["offsets"].items()}
@@ -111,10 +130,13 @@ class Manifest:
             data["outputs"] = {t: _int_keys(parts) for t, parts in data.get("outputs", {}).items()}
             data["sources"] = {t: SourceInfo(r["id"], _int_keys(r["ends"]), _int_keys(r["unprocessed"]))
                                for t, r in data.get("sources", {}).items()}
+            data["files"] = {f: FileInfo(**info) for f, info in data.get("files", {}).items()}
             return cls(**data)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ConfigError(f"{where} is not a savepoint manifest ({type(exc).__name__}: {exc}). Fix: name "
-                              "the directory fw savepoint create wrote") from None
+            said = str(exc).splitlines()[0] if str(exc) else ""
+            raise RuntimeProblem(f"savepoint manifest {where} is damaged ({type(exc).__name__}: {said}): the savepoint "
+                                 "cannot be read or restored. Fix: restore another savepoint (fw savepoint list shows "
+                                 "them), or create a new one (fw savepoint create)") from None
 
     def save(self, directory: Path) -> None:
         (directory / MANIFEST).write_text(self.to_json() + "\n")
@@ -125,8 +147,8 @@ class Manifest:
         try:
             text = path.read_text()
         except OSError as exc:
-            raise ConfigError(f"{directory} is not a savepoint: {path} cannot be read ({exc.strerror}). Fix: name "
-                              "a directory fw savepoint create wrote (fw savepoint list shows them)") from None
+            raise RuntimeProblem(f"{directory} is not a savepoint: {path} cannot be read ({exc.strerror}). Fix: name "
+                                 "a directory fw savepoint create wrote (fw savepoint list shows them)") from None
         return cls.from_json(text, str(path))
 
 
@@ -196,7 +218,7 @@ def list_savepoints(root: Path, service: str | None = None) -> list[Listed]:
     for manifest in sorted(root.glob(f"{service or '*'}/*/{MANIFEST}")):
         try:
             loaded = Manifest.load(manifest.parent)
-        except ConfigError:
+        except RuntimeProblem:
             continue
         size = sum(f.stat().st_size for f in manifest.parent.rglob("*") if f.is_file())
         found.append(Listed(manifest.parent, loaded, size))

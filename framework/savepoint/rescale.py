@@ -35,15 +35,15 @@ from typing import Any
 from framework.engine.entries import record_key
 from framework.engine.partitioner import partition_for
 from framework.engine.task import CLOCK_KEY
-from framework.errors import ConfigError, RuntimeProblem, StateError
+from framework.errors import RuntimeProblem, StateError
 from framework.kafka.admin import topic_ids
 from framework.kafka.inspect import Cluster
 from framework.pipeline.definition import TIME_STORE, Pipeline
 from framework.savepoint.create import unprocessed_records
-from framework.savepoint.files import InFlight, Pair
+from framework.savepoint.files import InFlight, Pair, is_control
 from framework.savepoint.manifest import Manifest
 from framework.serde.values import ValueCodec
-from framework.time.clock import WATERMARK_HEADER, rescaled
+from framework.time.clock import rescaled
 
 TP = tuple[str, int]
 
@@ -91,7 +91,7 @@ class Rescaling:
         """Records in flight on the new partitions: a keyed one where its key goes, one without a
         key where its partition number falls; watermark control records left out."""
         for p, offset, ts, key, value, headers in records:
-            if key is None and value is None and any(h == WATERMARK_HEADER for h, _ in headers):
+            if is_control(key, value, headers):
                 continue
             yield (p % self.tasks if key is None else partition_for(key, self.tasks)), offset, ts, key, value, headers
 
@@ -99,9 +99,9 @@ class Rescaling:
 def check_rescalable(pipeline: Pipeline) -> None:
     tables = [s for s in pipeline.store_names() if pipeline.table_source(s) is not None]
     if tables:
-        raise ConfigError(f"{pipeline.name!r} reads a table from its own topic ({', '.join(sorted(tables))}): its "
-                          "records stay in the partitions of the old count, where the new tasks would not find "
-                          "their keys, so rescaling it is not offered. Fix: keep its partition count")
+        raise RuntimeProblem(f"{pipeline.name!r} reads a table from its own topic ({', '.join(sorted(tables))}): its "
+                             "records stay in the partitions of the old count, where the new tasks would not find "
+                             "their keys, so rescaling it is not offered. Fix: keep its partition count")
 
 
 def unprocessed(lags: Mapping[TP, int], old: int, new: int) -> str:
@@ -166,9 +166,9 @@ def check_live(settings: Mapping[str, Any], pipeline: Pipeline, sources: list[st
     finally:
         cluster.close()
     if partitions == old:
-        raise ConfigError(f"{pipeline.name!r} has {old} partitions already. Fix: name another count with --partitions")
+        raise RuntimeProblem(f"{pipeline.name!r} has {old} partitions already. Fix: name another count with --partitions")
     if partitions < old:
-        raise ConfigError(
+        raise RuntimeProblem(
             f"{pipeline.name!r} has {old} partitions and Kafka cannot take partitions away from a topic: {partitions} "
             f"partitions need its sources ({', '.join(sources)}) created anew. Fix: with the service stopped and its "
             f"lag 0, take a savepoint (fw savepoint create {target}), stop the producers, create the sources anew "

@@ -8,9 +8,13 @@ is a rescale, with the checks of ``framework.savepoint.rescale``); for a store t
 longer has (its state would be lost) unless ``allow_dropped``; for a store whose step changed
 kind (its ``00 "step"`` signature differs: the step could not read it); and for a source offset
 no longer in its topic (retention deleted the records after it: the service would skip them).
-Stores are matched to steps by name: a step the savepoint does not have starts empty.
+Stores are matched to steps by name: a step the savepoint does not have starts empty. Then
+every file the restore writes from is read whole and checked against the manifest (each file's
+SHA-256 and rows, each store's entries per partition, each topic's records in flight:
+``framework.savepoint.verify``), and a damaged or altered savepoint is refused in one line
+naming the file. ``--dry-run`` reads and checks all of it too.
 
-Then (``apply_restore``):
+Then (``apply_restore``), once the files are found unchanged since they were checked:
 
 1. the local copies of every store under ``state.dir/<service>`` on this host are deleted;
 2. the pipeline's changelogs and repartition topics are deleted and created anew (the
@@ -24,8 +28,9 @@ Then (``apply_restore``):
 4. the group's offsets become the savepoint's (the group is deleted, then they are committed):
    each repartition topic's at 0, where its records in flight now start.
 
-A restore that fails on the way leaves the service's state incomplete: run it again before
-starting the service.
+A restore that fails on the way leaves the service's state incomplete: its line says what was
+changed already, not to start the service, and the ``fw savepoint restore`` that finishes it
+(the same savepoint again: every step is redone).
 
 ``rescale_service`` is ``fw rescale``: the savepoint, the sources' new partitions and the restore
 onto them in one command.
@@ -40,9 +45,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from framework.engine.task import describe_signature
-from framework.errors import ConfigError, FrameworkError, RuntimeProblem
+from framework.errors import FrameworkError, RuntimeProblem
 from framework.kafka.admin import add_partitions, admin_client
 from framework.kafka.clients import KafkaOutput
+from framework.kafka.connect import client_failure
 from framework.kafka.groups import commit_offsets, delete_group, recreate_topics
 from framework.kafka.inspect import Cluster
 from framework.ops.cleanup import ELSEWHERE, drop_local, refuse_while_running
@@ -59,6 +65,7 @@ from framework.savepoint.rescale import (
     check_rescalable,
     rescaled_offsets,
 )
+from framework.savepoint.verify import Verified, unchanged, verify
 from framework.state.base import STATE_FORMAT
 from framework.state.directory import store_dirs
 
@@ -71,7 +78,8 @@ class RestorePlan:
     """What a restore changes: the entries it writes per store (``written``), the stores that
     start empty and those rebuilt from their own topic, the topics it creates anew (name ->
     partitions, config), the records in flight it writes back, the offsets it commits, the
-    local stores it deletes; and the savepoint's stores it leaves out (``dropped``)."""
+    local stores it deletes; and the savepoint's stores it leaves out (``dropped``);
+    ``verified``: what the files read and checked were."""
 
     service: str
     path: Path
@@ -88,6 +96,8 @@ class RestorePlan:
     applied: bool = False
     notes: list[str] = field(default_factory=list)
     rescale: Rescaling | None = None  # onto another partition count than the savepoint's
+    verified: Verified = field(default_factory=Verified)
+    target: str = "MODULE:PIPELINE"  # the service as fw commands name it
 
     def as_dict(self) -> dict[str, Any]:
         return {"service": self.service, "savepoint": str(self.path), "applied": self.applied,
@@ -96,6 +106,7 @@ class RestorePlan:
                 "in_flight_written": self.in_flight,
                 "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
                 "state_dir": str(self.state_dir), "local_deleted": [str(self.state_dir / d) for d in self.local],
+                "files_verified": sorted(self.verified.digests), "checksums": self.verified.checksummed,
                 "partitions": {"savepoint": self.manifest.partitions,
                                "restored": self.manifest.partitions if self.rescale is None else self.rescale.tasks},
                 "notes": self.notes}
@@ -115,6 +126,9 @@ def plan_restore(settings: Mapping[str, Any], pipeline: Pipeline, path: Path, st
     if rescaling:
         check_rescalable(pipeline)
         check_drained(manifest, path, cast(int, partitions), pipeline.target or "MODULE:PIPELINE")
+    ours = set(pipeline.store_names())
+    stores = [s for s in manifest.stores if s in ours and pipeline.table_source(s) is None]
+    verified = verify(path, manifest, stores, [t for t in manifest.repartition if t in pipeline.repartition_topics()])
     refuse_while_running(settings, pipeline.name, "a restore", "restore the savepoint")
     cluster = Cluster(settings)
     try:
@@ -128,18 +142,18 @@ def plan_restore(settings: Mapping[str, Any], pipeline: Pipeline, path: Path, st
         recreated = {t: (tasks, _config(cluster, t, existing)) for t in internal}
     finally:
         cluster.close()
-    ours = set(pipeline.store_names())
     rescale = Rescaling.of(pipeline, tasks) if rescaling else None
-    written = {s: info.total if rescale is None else sum(1 for _ in _entries(path, manifest, s, rescale))
-               for s, info in manifest.stores.items() if s in ours and pipeline.table_source(s) is None}
+    written = {s: manifest.stores[s].total if rescale is None else sum(1 for _ in _entries(path, manifest, s, rescale))
+               for s in stores}
     plan = RestorePlan(
         pipeline.name, path, manifest, written,
         empty=sorted(ours - set(manifest.stores)),
         tables=sorted(s for s in ours if pipeline.table_source(s) is not None),
         dropped=dropped, recreated=recreated,
-        in_flight={t: r.records for t, r in manifest.repartition.items() if t in pipeline.repartition_topics()},
+        in_flight=dict(verified.records),  # the user's records: a topic's control records are written back too
         offsets=offsets, state_dir=state_root.resolve() / pipeline.name,
-        local=store_dirs(state_root.resolve(), pipeline.name), rescale=rescale)
+        local=store_dirs(state_root.resolve(), pipeline.name), rescale=rescale, verified=verified,
+        target=pipeline.target or "MODULE:PIPELINE")
     if rescale is not None:
         plan.in_flight = {t: sum(1 for _ in _in_flight(plan, t)) for t in plan.in_flight}
     plan.notes = _notes(plan, pipeline)
@@ -162,6 +176,8 @@ def rescale_service(settings: Mapping[str, Any], pipeline: Pipeline, partitions:
     try:
         plan = plan_restore(settings, pipeline, where, state_root, partitions=partitions)
         return where, apply_restore(settings, plan)
+    except RestoreIncomplete:
+        raise  # it names the fw savepoint restore that finishes the rescale
     except FrameworkError as exc:
         raise RuntimeProblem(f"{exc} (the sources have {partitions} partitions now, the service's state is still of "
                              f"{old}: fw savepoint restore {target} {where} --partitions {partitions} finishes the "
@@ -195,36 +211,87 @@ def _in_flight(plan: RestorePlan, topic: str) -> Iterator[InFlight]:
 def apply_restore(settings: Mapping[str, Any], plan: RestorePlan) -> RestorePlan:
     """Delete the local stores (a held one stops it here, before the cluster is touched),
     recreate the changelogs and repartition topics, write the entries and the records in
-    flight, then set the group's offsets. Refused again if a member joined meanwhile."""
+    flight, then set the group's offsets. Refused, nothing changed, if a member joined since
+    the plan or a file changed since it was checked; a failure after that is a
+    ``RestoreIncomplete`` saying what was changed and how to finish."""
     refuse_while_running(settings, plan.service, "a restore", "restore the savepoint")
-    drop_local(plan.state_dir, plan.local)
+    unchanged(plan.path, plan.verified.digests)
+    progress = _Progress()
+    try:
+        _apply(settings, plan, progress)
+    except (Exception, KeyboardInterrupt) as exc:
+        if not progress.done and plan.local:
+            raise  # deleting the first local store failed: a cache of its changelog, rebuilt from it at start
+        raise progress.incomplete(plan, exc) from exc
+    plan.applied = True
+    return plan
+
+
+def _apply(settings: Mapping[str, Any], plan: RestorePlan, progress: _Progress) -> None:
+    for store in plan.local:
+        progress.now(f"deleting the local state of store {store} in {plan.state_dir}")
+        drop_local(plan.state_dir, [store])
+    progress.now(f"deleting and creating anew {', '.join(sorted(plan.recreated))}")
     recreate_topics(settings, plan.recreated)
     output = KafkaOutput(settings, None)  # idempotent; the service reads the records read_committed
     for store in plan.written:
+        progress.now(f"writing the entries of store {store}")
         topic = changelog_topic(plan.service, store)
         for p, key, value in _entries(plan.path, plan.manifest, store, plan.rescale):
             output.produce(topic, key, value, 0, None, p)
         output.poll()
     for topic in plan.in_flight:
+        progress.now(f"writing the records in flight of {topic}")
         for p, _offset, ts, rkey, rvalue, headers in _in_flight(plan, topic):
             output.produce(topic, rkey, rvalue, ts, cast(Headers, headers), p)
         output.poll()
+    progress.now("flushing the written records")
     output.flush(_WRITE_TIMEOUT_S)
+    progress.now("committing the group's offsets")
     refuse_while_running(settings, plan.service, "a restore", "restore the savepoint")
     delete_group(settings, plan.service)  # offsets the savepoint does not have go with it
     if plan.offsets:
         commit_offsets(settings, plan.service, plan.offsets)
-    plan.applied = True
-    return plan
+
+
+class RestoreIncomplete(RuntimeProblem):
+    """A restore failed after it had begun to change the service: the line says what was
+    changed, and that running the same restore again finishes it."""
+
+
+class _Progress:
+    """The step a restore is at, and those it completed: what a failure says was changed."""
+
+    def __init__(self) -> None:
+        self.done: list[str] = []
+        self.current: str | None = None
+
+    def now(self, step: str) -> None:
+        if self.current is not None:
+            self.done.append(self.current)
+        self.current = step
+
+    def incomplete(self, plan: RestorePlan, exc: BaseException) -> RestoreIncomplete:
+        cause = str(exc) if isinstance(exc, FrameworkError) else client_failure(exc) or (
+            f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        said, _, fix = cause.splitlines()[0].partition(". Fix: ")
+        command = f"fw savepoint restore {plan.target} {plan.path}" + (
+            f" --partitions {plan.rescale.tasks}" if plan.rescale is not None else "") + (
+            " --allow-dropped-state" if plan.dropped else "")
+        then = f"{fix.rstrip('.')}, then" if fix else "once that is fixed,"
+        return RestoreIncomplete(
+            f"the restore of savepoint {plan.path} onto {plan.service!r} failed while {self.current} ({said}), after "
+            f"{'; '.join(self.done)}: the service's state is incomplete, do not start it. Fix: {then} run the same "
+            f"restore again ({command}): it redoes every step")
 
 
 def _check_service(manifest: Manifest, pipeline: Pipeline, path: Path) -> None:
     if manifest.service != pipeline.name:
-        raise ConfigError(f"savepoint {path} is of service {manifest.service!r}, not of {pipeline.name!r}. Fix: "
-                          f"restore a savepoint of {pipeline.name!r} (fw savepoint list {pipeline.name})")
+        raise RuntimeProblem(f"savepoint {path} is of service {manifest.service!r}, not of {pipeline.name!r}. Fix: "
+                             f"restore a savepoint of {pipeline.name!r} (fw savepoint list {pipeline.name})")
     if manifest.state_format != STATE_FORMAT:
-        raise ConfigError(f"savepoint {path} holds state format {manifest.state_format}; this release reads "
-                          f"format {STATE_FORMAT}. Fix: restore it with the release that made it")
+        raise RuntimeProblem(f"savepoint {path} holds state format {manifest.state_format}; this release reads "
+                             f"format {STATE_FORMAT}. Fix: restore it with the release that made it")
 
 
 def _check_dropped(manifest: Manifest, pipeline: Pipeline, path: Path, allow: bool) -> list[str]:
@@ -235,7 +302,7 @@ def _check_dropped(manifest: Manifest, pipeline: Pipeline, path: Path, allow: bo
     if (stores or flight) and not allow:
         what = [f"store{'s' if len(stores) > 1 else ''} {', '.join(stores)}"] if stores else []
         what += [f"records in flight in {', '.join(flight)}"] if flight else []
-        raise ConfigError(
+        raise RuntimeProblem(
             f"savepoint {path} holds state the pipeline of {pipeline.name!r} no longer has: {'; '.join(what)}. "
             "Restoring leaves it out. Fix: give the steps their names back, or pass --allow-dropped-state to "
             "restore without it")

@@ -4,7 +4,8 @@ real ``fw run`` processes and the installed pyspark's ``spark-submit``.
 On a Spark standalone cluster (executors in processes of their own), the savepoint of a
 stopped service with a rolling aggregate, a half-full event-time window, pending timers,
 clocks and records in flight holds exactly what the process-local savepoint holds (every
-file's rows, and the manifest but its time); restored, its state is the service's again. A
+file's rows, and the manifest but its time and its files' names and checksums, which Spark
+chooses); restored, its state is the service's again. A
 changelog record the state encoding cannot read fails both ways with the same line, and
 leaves no savepoint behind. (A table read from its own topic: tests/integration/test_tables.py.)"""
 
@@ -41,8 +42,12 @@ def rows(directory: Path) -> list[tuple[Any, ...]]:
 
 
 def manifest(path: Path) -> dict[str, Any]:
+    """The manifest but its time and its files: Spark names and encodes its Parquet files its
+    own way; the rows in them are compared by ``rows``."""
     data = json.loads((path / "manifest.json").read_text())
     data.pop("created")
+    files = data.pop("files")
+    assert files and all(f.endswith(".parquet") and len(info["sha256"]) == 64 for f, info in files.items())
     return data
 
 

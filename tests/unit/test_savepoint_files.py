@@ -13,7 +13,7 @@ import pytest
 
 from framework import Pipeline, Topic, TumblingWindows, WatermarkStrategy
 from framework.engine.entries import StoreLayout
-from framework.errors import ConfigError
+from framework.errors import RuntimeProblem
 from framework.savepoint.files import (
     PART,
     InFlight,
@@ -79,13 +79,13 @@ def test_the_pipeline_hash_follows_its_definition() -> None:
 
 
 def test_not_a_savepoint_and_another_format_are_one_line(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as missing:
+    with pytest.raises(RuntimeProblem) as missing:
         Manifest.load(tmp_path)
     assert str(missing.value) == (f"{tmp_path} is not a savepoint: {tmp_path / MANIFEST} cannot be read (No such file "
                                   "or directory). Fix: name a directory fw savepoint create wrote (fw savepoint list "
                                   "shows them)")
     (tmp_path / MANIFEST).write_text(json.dumps({"format": 2}))
-    with pytest.raises(ConfigError) as other:
+    with pytest.raises(RuntimeProblem) as other:
         Manifest.load(tmp_path)
     assert str(other.value) == (f"{tmp_path / MANIFEST} is of savepoint format 2; this version reads format 1. "
                                 "Fix: restore it with the release that made it")
@@ -145,7 +145,6 @@ def _saved(tmp_path: Path, signature: dict[str, object]) -> Path:
 
 
 def test_a_restore_onto_a_step_of_another_kind_is_one_line(tmp_path: Path) -> None:
-    from framework.errors import RuntimeProblem
     from framework.savepoint.restore import plan_restore
 
     path = _saved(tmp_path, {"kind": "window", "layout": 1, "windows": {
@@ -165,7 +164,7 @@ def test_a_savepoint_of_another_service_is_one_line(tmp_path: Path) -> None:
     path = _saved(tmp_path, {"kind": "window", "layout": 1})
     other = Pipeline("shop-2")
     other.source(Topic("orders")).count(name="per-customer")
-    with pytest.raises(ConfigError) as refused:
+    with pytest.raises(RuntimeProblem) as refused:
         plan_restore(NOWHERE, other, path, tmp_path / "state")
     assert str(refused.value) == (f"savepoint {path} is of service 'shop', not of 'shop-2'. Fix: restore a "
                                   "savepoint of 'shop-2' (fw savepoint list shop-2)")
