@@ -1,0 +1,186 @@
+"""A service on a three-node cluster (RF 3, min ISR 2), the shape production runs, while its
+nodes fail and restart the way they do in production: one SIGKILLed (the one leading the
+input, the one coordinating a member's transactions, the one coordinating the group), the
+input's leader chased through restarts, a rolling restart of every node, two nodes down at
+once. Two exactly-once members process a live feed throughout; neither may exit, and a
+read_committed audit must see every input's effects exactly once. The cluster is the
+module's own (``LocalCluster`` on ports and a directory of its own)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from framework.broker.cluster import LocalCluster
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+from tests.integration.harness import (
+    EvenOddOutputs,
+    ServiceProcess,
+    check_exactly_once,
+    check_final_state,
+    end_offsets,
+    even_odd_inputs,
+    get_json,
+    produce,
+    read_topic,
+    service_env,
+    wait_until,
+)
+from tests.ports import worker_ports
+
+KEYS = 300
+TARGET = "tests.integration.pipelines:even_odd"
+INTERNAL_PARTITIONS = 10  # offsets.topic.num.partitions and transaction.state.log.num.partitions
+
+
+@pytest.fixture(scope="module")
+def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), worker_ports(6), nodes=3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.wipe()
+
+
+def _java_hash(text: str) -> int:
+    h = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _leader(bootstrap: str, topic: str, partition: int) -> int:
+    md = admin_client({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return int(md.topics[topic].partitions[partition].leader)
+
+
+def _coordinator(bootstrap: str, internal: str, key: str) -> int:
+    """The node coordinating ``key`` (a group or a transactional id): the leader of its
+    partition of the internal topic, as Kafka picks it (abs(String.hashCode) % partitions)."""
+    h = _java_hash(key)
+    return _leader(bootstrap, internal, (0 if h == -(1 << 31) else abs(h)) % INTERNAL_PARTITIONS)
+
+
+class Members:
+    """Two members of the even/odd service on the cluster, their outputs' audit, and a
+    watcher that records every /health answer that was not 200."""
+
+    def __init__(self, cluster: LocalCluster, unique: str, tmp_path: Path, services: list[ServiceProcess],
+                 n: int, chunks: int) -> None:
+        self.cluster, self.unique, self.n = cluster, unique, n
+        self.bootstrap = cluster.bootstrap
+        self.source = f"numbers-{unique}"
+        ensure_topics(admin_client({"bootstrap.servers": self.bootstrap}), [TopicSpec(self.source, 4)])
+        env = service_env(self.bootstrap, unique, checkpoint_interval_ms=200, batch_size=1000)
+        del env["FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS"]  # the default's: no member is killed here
+        self.members = [ServiceProcess(TARGET, tmp_path, str(i), env) for i in range(2)]
+        for m in self.members:
+            services.append(m.start())
+        self.out = EvenOddOutputs(self.bootstrap, unique, n)
+        bounds = [1 + n * i // chunks for i in range(chunks)] + [n + 1]
+        self.chunks = iter(itertools.pairwise(bounds))
+        self.unhealthy: list[str] = []
+        self._stop = threading.Event()
+        self._urls = [m.endpoint() for m in self.members]
+        self._watch = threading.Thread(target=self._watch_health, daemon=True)
+        self._watch.start()
+
+    def _watch_health(self) -> None:
+        while not self._stop.wait(0.5):
+            for m, url in zip(self.members, self._urls):
+                try:
+                    code, body = get_json(f"{url}/health")
+                except OSError as exc:
+                    code, body = 0, str(exc)
+                if code != 200 and m.alive:
+                    self.unhealthy.append(f"member {m.instance}: {code} {body}")
+
+    def log(self) -> str:
+        fresh = {t: sum(end_offsets(self.bootstrap, f"{t}-{self.unique}").values()) for t in ("seen", "counts", "sums")}
+        status = [get_json(f"{url}/status")[1] for url in self._urls]
+        health = [get_json(f"{url}/health") for url in self._urls]
+        committed = {t: len(read_topic(self.bootstrap, f"{t}-{self.unique}")) for t in ("seen", "counts", "sums")}
+        return "\n".join([(f"tails read {self.out.drain()}; the outputs' end offsets {fresh}; read_committed "
+                            f"now {committed}; health {health}"),
+                          *(f"== member {m.instance}: {json.dumps(st)[:1500]}\n{m.log_text()[-4000:]}"
+                            for m, st in zip(self.members, status))])
+
+    def outputs(self) -> int:
+        return sum(self.out.drain())
+
+    def feed(self) -> None:
+        """The next chunk of the input, and wait until outputs follow it."""
+        before = self.outputs()
+        produce(self.bootstrap, self.source, even_odd_inputs(*next(self.chunks), KEYS))
+        wait_until(lambda: self.outputs() > before, 180, "outputs of the chunk fed", self.log)
+
+    def group_coordinator(self) -> int:
+        return _coordinator(self.bootstrap, "__consumer_offsets", f"eo-{self.unique}")
+
+    def transaction_coordinator(self, member: int) -> int:
+        return _coordinator(self.bootstrap, "__transaction_state", f"eo-{self.unique}-{member}")
+
+    def input_leader(self) -> int:
+        return _leader(self.bootstrap, self.source, 0)
+
+    def in_sync(self) -> None:
+        wait_until(lambda: not self.cluster.status().under_replicated, 180, "every partition back in sync")
+
+    def finish(self) -> None:
+        for rest in self.chunks:
+            produce(self.bootstrap, self.source, even_odd_inputs(*rest, KEYS))
+        wait_until(self.out.complete, 300, "all outputs", lambda: f"{self.out.drain()}\n{self.log()}")
+        self._stop.set()
+        self._watch.join()
+        for m in self.members:
+            assert m.alive and m.starts == 1, self.log()
+        assert self.unhealthy == [], self.unhealthy[:5]
+        for m in self.members:
+            assert m.stop() == 0, self.log()
+        check_exactly_once(self.out, self.n, KEYS)
+        self.out.close()
+        check_final_state(self.bootstrap, self.unique, self.n, KEYS)
+
+
+def _bounce(members: Members, which: int | Callable[[], int], kill: bool) -> int:
+    """Stop node ``which`` (or ``which()``) with SIGKILL or SIGTERM, feed a chunk while it is
+    down and wait for its outputs, start it again, wait until every partition is in sync;
+    the node."""
+    node = which if isinstance(which, int) else which()
+    members.cluster.stop(node, kill=kill)
+    members.feed()
+    members.cluster.start(node)
+    members.in_sync()
+    return node
+
+
+def test_members_ride_out_the_input_leader_a_transaction_coordinator_and_the_group_coordinator_sigkilled(
+        three_nodes: LocalCluster, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    m = Members(three_nodes, unique, tmp_path, services, 16_000, 8)
+    m.feed()
+    for which in (m.input_leader, lambda: m.transaction_coordinator(0), m.group_coordinator):
+        _bounce(m, which, kill=True)
+        m.feed()
+    m.finish()
+
+
+def test_members_ride_out_two_rolling_restarts_and_the_input_leader_chased_through_five_restarts(
+        three_nodes: LocalCluster, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """As an upgrade restarts a cluster: each node in turn stopped cleanly, started, and in
+    sync before the next, twice over; then, as Kafka Streams' broker-bounce system test does,
+    the node leading the input's partition 0 restarted five times in a row, each time the
+    new leader, cleanly and SIGKILLed in turn."""
+    m = Members(three_nodes, unique, tmp_path, services, 24_000, 13)
+    m.feed()
+    for _ in range(2):
+        for node in (1, 2, 3):
+            _bounce(m, node, kill=False)
+    for i in range(5):
+        _bounce(m, m.input_leader, kill=i % 2 == 1)
+    m.finish()
