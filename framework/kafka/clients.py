@@ -470,6 +470,15 @@ class KafkaOutput:
         self._p = Producer(self._full_conf)
 
 
+_LOST_RECENTLY_S = 60.0  # a static consumer fenced this soon after its session was lost rejoins ...
+_REJOIN_WINDOW_S = 300.0  # ... unless it is the third time within this window (GroupConsumer)
+_REJOIN_LIMIT = 3
+
+
+def _instance_fenced(err: KafkaError) -> bool:
+    return err.code() == KafkaError.FENCED_INSTANCE_ID or "fenced" in err.str().lower()
+
+
 _SEND_OFFSETS_BOUND_S = 15.0  # a send_offsets_to_transaction longer than this is given up (KafkaOutput)
 
 
@@ -546,7 +555,11 @@ class GroupConsumer:
         self.connectivity = Connectivity()
         conf["error_cb"] = self.connectivity.on_error
         self.group, self.instance_id = group, conf.get("group.instance.id")
+        self._conf = conf
         self._c = Consumer(conf)
+        self._subscription: tuple[list[str], Callable[..., None], Callable[..., None], Callable[..., None]] | None = None
+        self._lost_at: float | None = None  # when the group last took the partitions away (session lost)
+        self._rejoins: list[float] = []  # when a new consumer rejoined after its own rejoin fenced it
         self.paused: set[TP] = set()
         self._stats: dict[TP, tuple[int, int]] = {}  # (last stable offset, committed offset)
 
@@ -609,9 +622,11 @@ class GroupConsumer:
             released(consumer, parts)
 
         def lost(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            self._lost_at = time.monotonic()
             on_lost([(tp.topic, tp.partition) for tp in parts])
             released(consumer, parts)
 
+        self._subscription = (topics, assigned, revoked, lost)
         self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=lost)
 
     def consume(self, n: int, timeout_s: float) -> list[Message]:
@@ -619,8 +634,45 @@ class GroupConsumer:
         (``FatalKafkaError`` naming the cause): a consumer in that state never recovers."""
         msgs = self._c.consume(n, timeout_s)
         if self.connectivity.fatal is not None:
+            if self._fenced_by_itself(self.connectivity.fatal):
+                self._rejoin(self.connectivity.fatal)
+                return []
             raise self.fatal_error(self.connectivity.fatal)
         return msgs
+
+    def _fenced_by_itself(self, err: KafkaError) -> bool:
+        """Whether fatal ``err`` is a static member fenced by its own rejoin: its session timed
+        out (the group coordinator unreachable that long: nodes down), librdkafka rejoined, and
+        the group fenced the member's older registration, which librdkafka makes fatal
+        (librdkafka issue 3437). Not when the session was not lost within ``_LOST_RECENTLY_S``
+        before (another process with this instance id), nor the third time within
+        ``_REJOIN_WINDOW_S``."""
+        if not (self.static and _instance_fenced(err)) or self._lost_at is None:
+            return False
+        now = time.monotonic()
+        if now - self._lost_at > _LOST_RECENTLY_S:
+            return False
+        self._rejoins = [t for t in self._rejoins if now - t < _REJOIN_WINDOW_S]
+        return len(self._rejoins) < _REJOIN_LIMIT - 1
+
+    def _rejoin(self, err: KafkaError) -> None:
+        """A new consumer in place of the fenced one, subscribed as it was: it joins with the
+        same instance id, which replaces the registration the group fenced."""
+        log.warning("the group fenced this member's rejoin after its session timed out (%s): a new consumer "
+                    "joins group %r with instance id %r", err.str(), self.group, self.instance_id)
+        self._rejoins.append(time.monotonic())
+        self._lost_at = None
+        old, self.paused = self._c, set()
+        try:
+            old.close()
+        except KafkaException as exc:
+            log.debug("closing the fenced consumer: %s", exc)
+        self.connectivity = Connectivity()
+        self._conf["error_cb"] = self.connectivity.on_error
+        self._c = Consumer(self._conf)
+        if self._subscription is not None:
+            topics, assigned, revoked, lost = self._subscription
+            self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=lost)
 
     def check_error(self, err: KafkaError) -> None:
         """An error the consumer returned in place of a record: a fatal one is raised
@@ -628,6 +680,9 @@ class GroupConsumer:
         loss of the brokers goes to the debug log (the service's recovery reports an outage
         once), anything else is logged."""
         if err.fatal() or err.code() == KafkaError._FATAL:
+            if self._fenced_by_itself(err):
+                self._rejoin(err)
+                return
             raise self.fatal_error(err)
         if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
             log.debug("consumer: %s", err)
@@ -637,7 +692,7 @@ class GroupConsumer:
     def fatal_error(self, err: KafkaError) -> FatalKafkaError:
         """The one line for the consumer's fatal ``err`` (an error event or record)."""
         text = err.str()
-        if err.code() == KafkaError.FENCED_INSTANCE_ID or "fenced" in text.lower():
+        if _instance_fenced(err):
             return FencedError(
                 f"another member joined group {self.group!r} with this member's instance id {self.instance_id!r} "
                 "(its static group.instance.id) and the group fenced this one: two processes run with "
