@@ -95,11 +95,12 @@ def _print_detail(detail: Any, as_json: bool) -> None:
 @click.option("--service", "service", default=None, metavar="MODULE:PIPELINE",
               help="Decode with the serdes this service gives the topic.")
 @click.option("--schema", default=None, metavar="NAME", help="Decode values with this Avro schema (schemas/).")
-@click.option("-n", "--lines", "last", default=10, show_default=True, help="Without --from: the last N records.")
+@click.option("-n", "--lines", "last", type=int, default=None,
+              help=f"Without --from: the last N records (default {Tl.DEFAULT_LAST}); with --from: the first N from there.")
 @click.option("--from", "start", default=None, help=f"Start here instead: {_POSITION_HELP}.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing records as they arrive (Ctrl-C stops).")
 @_common
-def topics_tail(topic: str, service: str | None, schema: str | None, last: int, start: str | None, follow: bool,
+def topics_tail(topic: str, service: str | None, schema: str | None, last: int | None, start: str | None, follow: bool,
                 as_json: bool, config_file: str | None) -> None:
     """Print TOPIC's committed records: key, value, timestamp, partition, offset, headers."""
     if service and schema:
