@@ -245,3 +245,57 @@ def test_tail_from_one_offset_reads_that_partition_only(kafka_bootstrap: str, un
     rest = _tail(env, topic, "--from", f"{topic}:1:2")
     assert [(r["partition"], r["offset"]) for r in rest] == sorted(k for k in offsets if k[0] == 1 and k[1] >= 2)
     assert len(_tail(env, topic, "-n", "5")) == 5
+
+
+def _topics(env: dict[str, str]) -> set[str]:
+    return {t["name"] for t in fw_json(env, "topics", "list")}
+
+
+def test_topics_delete_by_name_and_matching_with_dry_run_and_confirmation(kafka_bootstrap: str, unique: str) -> None:
+    env = {"FW_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    names = [f"ops-del-{unique}-a", f"ops-del-{unique}-b", f"ops-keep-{unique}", f"ops-one-{unique}"]
+    for name in names:
+        assert fw(env, "topics", "create", name, "--partitions", "1").exit_code == 0
+
+    unknown = fw_process(env, "topics", "delete", names[3], f"ops-one-{unique}x")
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1 and "nothing was deleted" in unknown.stderr
+    assert set(names) <= _topics(env)
+    one = fw(env, "topics", "delete", names[3])
+    assert one.exit_code == 0 and one.output == f"topics deleted: {names[3]}\n"
+    assert names[3] not in _topics(env)
+
+    pattern = f"ops-del-{unique}-.*"
+    dry = fw_json(env, "topics", "delete", "--matching", pattern, "--dry-run")
+    assert dry == {"topics": names[:2], "in_use": {}, "deleted": False}
+    declined = fw_process(env, "topics", "delete", "--matching", pattern, stdin="n\n")
+    assert declined.returncode == 130 and set(names[:3]) <= _topics(env)
+    done = fw(env, "topics", "delete", "--matching", pattern, "--yes")
+    assert done.exit_code == 0 and done.output == f"topics deleted: {', '.join(names[:2])}\n"
+    assert _topics(env) & set(names) == {names[2]}
+    bad = fw_process(env, "topics", "delete", "--matching", "ops-(")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --matching 'ops-(' is not a regular expression")
+
+
+def test_topics_delete_refuses_a_running_services_topics_unless_forced(kafka_bootstrap: str, unique: str,
+                                                                      services: list[ServiceProcess],
+                                                                      tmp_path: Path) -> None:
+    env = service_env(kafka_bootstrap, unique)
+    source, spare = f"numbers-{unique}", f"ops-spare-{unique}"
+    for name in (source, spare):
+        assert fw(env, "topics", "create", name, "--partitions", "2").exit_code == 0
+    svc = ServiceProcess(TARGET, tmp_path, "0", env).start()
+    services.append(svc)
+    wait_until(lambda: bool(fw_json(env, "group", "describe", TARGET)["members"]), 120, "the member to join",
+               svc.log_text)
+
+    changelog = f"eo-{unique}-sums-changelog"
+    for args in ([source, spare], [changelog], [source, "--dry-run"]):
+        refused = fw_process(env, "topics", "delete", *args)
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stderr.startswith("error: refused: 1 topic is used by a running service: ")
+        assert f"consumer group eo-{unique}, 1 active member" in refused.stderr
+    assert {source, spare, changelog} <= _topics(env)
+
+    forced = fw_json(env, "topics", "delete", source, spare, "--force", "--dry-run")
+    assert forced["topics"] == sorted([source, spare]) and list(forced["in_use"]) == [source]
+    assert fw(env, "topics", "delete", spare).exit_code == 0 and spare not in _topics(env)
