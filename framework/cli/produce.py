@@ -7,7 +7,7 @@ The logic is in ``framework.ops.produce`` (encoding) and ``framework.kafka.io.de
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import Any
 
 import click
 
@@ -23,7 +23,7 @@ from framework.ops.targets import client_settings, load_config, load_service
 @click.option("--key", "-k", default=None, help="The key of the one record to write (else none).")
 @click.option("--value", "-v", default=None, help="The value of the one record to write.")
 @click.option("--delete", "delete", default=None, metavar="KEY", help="Write a tombstone (no value) for KEY.")
-@click.option("--file", "-f", "file", type=click.File("r", encoding="utf-8"), default=None,
+@click.option("--file", "-f", "file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="JSON lines to write: {\"key\", \"value\", \"headers\", \"timestamp\"} (- or none: stdin).")
 @click.option("--header", "-H", "headers", multiple=True, metavar="NAME=VALUE",
               help="A header of every record (repeatable).")
@@ -35,7 +35,7 @@ from framework.ops.targets import client_settings, load_config, load_service
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (for scripts).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="A TOML configuration file (else FW_CONFIG).")
-def produce(topic: str, key: str | None, value: str | None, delete: str | None, file: TextIO | None,
+def produce(topic: str, key: str | None, value: str | None, delete: str | None, file: str | None,
             headers: tuple[str, ...], timestamp: int | None, service: str | None, schema: str | None,
             as_json: bool, config_file: str | None) -> None:
     """Write records to TOPIC: one from --key/--value (or --delete KEY), else JSON lines from
@@ -57,7 +57,7 @@ def produce(topic: str, key: str | None, value: str | None, delete: str | None, 
     _summary(topic, done, as_json)
 
 
-def _records(encoder: P.Encoder, key: str | None, value: str | None, delete: str | None, file: TextIO | None,
+def _records(encoder: P.Encoder, key: str | None, value: str | None, delete: str | None, file: str | None,
              headers: tuple[str, ...], timestamp: int | None) -> list[P.Encoded]:
     if delete is not None:
         if value is not None or key is not None or file is not None:
@@ -71,9 +71,16 @@ def _records(encoder: P.Encoder, key: str | None, value: str | None, delete: str
         raise click.UsageError("--key needs --value (or --delete KEY for a tombstone)")
     if file is None and sys.stdin.isatty():
         raise click.UsageError("nothing to write: give --value, --file, or JSON lines on stdin")
-    source: TextIO = sys.stdin if file is None else file
-    name = "stdin" if source.name in ("<stdin>", "-") else str(source.name)
-    return P.read_lines(encoder, source, name, headers=headers, timestamp=timestamp)
+    name = "stdin" if file is None or file == "-" else file
+    try:
+        if name == "stdin":
+            return P.read_lines(encoder, sys.stdin, name, headers=headers, timestamp=timestamp)
+        with open(name, encoding="utf-8") as lines:
+            return P.read_lines(encoder, lines, name, headers=headers, timestamp=timestamp)
+    except OSError as exc:
+        raise ConfigError(f"--file {name}: cannot read it: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name} is not UTF-8 text ({exc.reason} at byte {exc.start}): give JSON lines") from None
 
 
 def _summary(topic: str, done: Delivered, as_json: bool) -> None:
