@@ -78,6 +78,34 @@ def topics_create(topic: str, partitions: int, replication: int, configs: tuple[
     _print_detail(T.create_topic(_settings(None), topic, partitions, replication, configs), as_json)
 
 
+@topics.command("delete")
+@click.argument("names", nargs=-1, metavar="[TOPIC]...")
+@click.option("--matching", default=None, metavar="REGEX",
+              help="Also every topic whose whole name matches REGEX (asks first, unless --yes).")
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@click.option("--force", is_flag=True, help="Delete topics that running services use, too.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before deleting the topics --matching finds.")
+@_common
+def topics_delete(names: tuple[str, ...], matching: str | None, dry_run: bool, force: bool, yes: bool,
+                  as_json: bool, config_file: str | None) -> None:
+    """Delete the TOPICs and, with --matching, every topic whose name matches. Refused (nothing
+    deleted) for a topic a running service uses, unless --force."""
+    if not names and matching is None:
+        raise click.UsageError("name the topics to delete, or give --matching REGEX")
+    settings = _settings(config_file)
+    plan = T.plan_delete(settings, names, matching, force)
+    if plan.topics and matching is not None and not (yes or dry_run):
+        click.confirm(f"delete {len(plan.topics)} topics: {', '.join(plan.topics)}?", abort=True, err=True)
+    if plan.topics and not dry_run:
+        T.apply_delete(settings, plan)
+    if as_json:
+        out.emit_json({**plan.as_dict(), "deleted": not dry_run})
+        return
+    used = [f"used by a running service (--force): {t}: {why}" for t, why in plan.in_use.items()]
+    would = "would be deleted" if dry_run else "deleted"
+    out.lines([*used, f"topics {would}: {_listed(plan.topics)}" + ("; dry run: nothing was changed" if dry_run else "")])
+
+
 def _print_detail(detail: Any, as_json: bool) -> None:
     if as_json:
         out.emit_json(T.detail_dict(detail))
@@ -95,11 +123,12 @@ def _print_detail(detail: Any, as_json: bool) -> None:
 @click.option("--service", "service", default=None, metavar="MODULE:PIPELINE",
               help="Decode with the serdes this service gives the topic.")
 @click.option("--schema", default=None, metavar="NAME", help="Decode values with this Avro schema (schemas/).")
-@click.option("-n", "--lines", "last", default=10, show_default=True, help="Without --from: the last N records.")
+@click.option("-n", "--lines", "last", type=int, default=None,
+              help=f"Without --from: the last N records (default {Tl.DEFAULT_LAST}); with --from: the first N from there.")
 @click.option("--from", "start", default=None, help=f"Start here instead: {_POSITION_HELP}.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing records as they arrive (Ctrl-C stops).")
 @_common
-def topics_tail(topic: str, service: str | None, schema: str | None, last: int, start: str | None, follow: bool,
+def topics_tail(topic: str, service: str | None, schema: str | None, last: int | None, start: str | None, follow: bool,
                 as_json: bool, config_file: str | None) -> None:
     """Print TOPIC's committed records: key, value, timestamp, partition, offset, headers."""
     if service and schema:

@@ -190,13 +190,24 @@ class Cluster:
         """The group's state and members; ``Dead`` with no members when it is unknown."""
         future = self.admin.describe_consumer_groups([group], request_timeout=self.timeout_s)[group]
         try:
-            desc = future.result()
+            return _group_info(future.result())
         except KafkaException as exc:
             raise KafkaClientError(f"cannot describe consumer group {group!r}: {exc}") from None
-        members = [Member(m.client_id, m.host, m.member_id,
-                          sorted((tp.topic, tp.partition) for tp in (m.assignment.topic_partitions or [])))
-                   for m in desc.members]
-        return GroupInfo(group, str(desc.state.name).title().replace("_", ""), members)
+
+    def running_groups(self) -> list[GroupInfo]:
+        """Every consumer group that has members now, described in one request."""
+        ids = self.groups()
+        if not ids:
+            return []
+        out = []
+        for future in self.admin.describe_consumer_groups(ids, request_timeout=self.timeout_s).values():
+            try:
+                info = _group_info(future.result())
+            except KafkaException:
+                continue  # deleted since it was listed: nobody runs in it
+            if info.members:
+                out.append(info)
+        return out
 
     def committed(self, group: str) -> dict[TP, int]:
         """Every committed offset of ``group`` (partitions without one are left out)."""
@@ -216,6 +227,13 @@ class Cluster:
             return info
         raise RuntimeProblem(f"consumer group {group!r} is unknown on {self.bootstrap} (no members, no committed "
                           f"offsets): {close_matches(group, self.groups())}")
+
+
+def _group_info(desc: Any) -> GroupInfo:
+    members = [Member(m.client_id, m.host, m.member_id,
+                      sorted((tp.topic, tp.partition) for tp in (m.assignment.topic_partitions or [])))
+               for m in desc.members]
+    return GroupInfo(desc.group_id, str(desc.state.name).title().replace("_", ""), members)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 from confluent_kafka import (
@@ -24,36 +26,68 @@ from confluent_kafka import (
 from framework.errors import KafkaClientError
 from framework.kafka.admin import admin_client
 from framework.kafka.clients import GONE_CHECK_S, absent_topics, no_such_topics, unknown_topic
+from framework.kafka.connect import probe
 from framework.kafka.logs import CLIENT_LOG
+from framework.records import Headers
 
-__all__ = ["delete_topics", "produce_values", "read_committed"]
+__all__ = ["Delivered", "delete_topics", "deliver", "produce_values", "read_committed"]
 
-Record = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, int]
+Record = (tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, int | None]
+          | tuple[bytes | None, bytes | None, int | None, Headers])
+_METADATA_TIMEOUT_S = 6.0
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What a ``deliver`` call wrote: records acknowledged per partition, and how many
+    partitions the topic has."""
+
+    partitions: dict[int, int]
+    topic_partitions: int
+
+    @property
+    def records(self) -> int:
+        return sum(self.partitions.values())
 
 
 def produce_values(bootstrap: str, topic: str, records: Iterable[Record], *,
                    extra: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> int:
     """Produce ``(key, value)`` or ``(key, value, timestamp_ms)`` byte records to ``topic``
-    (idempotent, ``acks=all``, partitioned by key as the Java client does) and wait until
-    every one is acknowledged. Returns how many were produced; raises ``KafkaClientError``
-    if any delivery failed, and a ``RuntimeProblem`` naming the topic and the command that
-    creates it, within seconds, when ``topic`` does not exist."""
-    errors: list[KafkaError] = []
+    (``deliver``) and return how many were produced."""
+    return deliver({"bootstrap.servers": bootstrap, **(extra or {})}, topic, records, timeout_s=timeout_s).records
 
-    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+
+def deliver(settings: Mapping[str, Any], topic: str, records: Iterable[Record], *,
+            timeout_s: float = 60.0, require_topic: bool = False) -> Delivered:
+    """Produce ``(key, value[, timestamp_ms[, headers]])`` byte records to ``topic``
+    (idempotent, ``acks=all``, partitioned by key as the Java client does; timestamp 0 or
+    None: the producer stamps it) and wait until every one is acknowledged.
+
+    Raises ``KafkaClientError`` if any delivery failed, and a ``RuntimeProblem`` naming the
+    topic and the command that creates it when ``topic`` does not exist: within seconds, or
+    with ``require_topic`` before anything is produced (one metadata request; an unreachable
+    cluster is then one ``EnvironmentProblem`` line, as ``probe`` says it)."""
+    errors: list[KafkaError] = []
+    written: Counter[int] = Counter()
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             errors.append(err)
+        else:
+            written[msg.partition()] += 1
 
     producer = Producer({
-        "logger": CLIENT_LOG,
-        "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-        "linger.ms": 5, "partitioner": "murmur2_random", **(extra or {}),
+        "logger": CLIENT_LOG, "enable.idempotence": True, "acks": "all",
+        "linger.ms": 5, "partitioner": "murmur2_random", **settings,
     })
+    count = _partition_count(producer, settings, topic) if require_topic else 0
     n = 0
     for record in records:
         kwargs: dict[str, Any] = {"key": record[0], "value": record[1], "on_delivery": on_delivery}
         if len(record) > 2 and record[2]:
             kwargs["timestamp"] = record[2]
+        if len(record) > 3 and record[3]:
+            kwargs["headers"] = record[3]
         while True:
             try:
                 producer.produce(topic, **kwargs)
@@ -63,6 +97,7 @@ def produce_values(bootstrap: str, topic: str, records: Iterable[Record], *,
         n += 1
         if n % 1000 == 0:
             producer.poll(0)
+    bootstrap = str(settings.get("bootstrap.servers", "?"))
     remaining = producer.flush(min(GONE_CHECK_S, timeout_s))
     if remaining and absent_topics(producer, [topic]):
         raise no_such_topics([topic], bootstrap)
@@ -74,7 +109,21 @@ def produce_values(bootstrap: str, topic: str, records: Iterable[Record], *,
         raise no_such_topics([topic], bootstrap)
     if errors:
         raise KafkaClientError(f"{len(errors)} of {n} records to {topic!r} failed: {errors[0]}")
-    return n
+    return Delivered(dict(sorted(written.items())), count)
+
+
+def _partition_count(producer: Producer, settings: Mapping[str, Any], topic: str) -> int:
+    """How many partitions ``topic`` has, from the producer's own metadata request (all
+    topics: asking for one by name would make a broker with auto.create.topics.enable create
+    it); the one-line error when it does not exist or the cluster does not answer."""
+    try:
+        listed = producer.list_topics(timeout=_METADATA_TIMEOUT_S).topics
+    except KafkaException:
+        probe(settings, _METADATA_TIMEOUT_S)  # unreachable, or the login refused: its one line
+        raise
+    if topic not in listed or not listed[topic].partitions:
+        raise no_such_topics([topic], str(settings.get("bootstrap.servers", "?")))
+    return len(listed[topic].partitions)
 
 
 def read_committed(

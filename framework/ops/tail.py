@@ -28,8 +28,8 @@ from framework.engine.entries import StoreLayout
 from framework.errors import ConfigError, RecordCoordinates, described
 from framework.headers import VALUE_ENCODING, dead_letter_value
 from framework.kafka.inspect import Cluster, ReadRecord, TopicReader, close_matches
-from framework.kafka.offsets import resolve_positions
-from framework.ops.targets import plain, raw_bytes
+from framework.kafka.offsets import explicit_offsets, resolve_positions
+from framework.ops.targets import plain, raw_bytes, user_topics
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.serde import AvroSerde, load_schema
@@ -38,6 +38,7 @@ from framework.serde.values import ValueCodec
 
 Decode = Callable[[bytes], Any]
 _READ_TIMEOUT_S = 0.5
+DEFAULT_LAST = 10  # records a tail without --from shows
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def service_decoder(pipeline: Pipeline, topic: str) -> Decoder:
 def _service_decoders(pipeline: Pipeline) -> dict[str, Decoder]:
     codec = ValueCodec(pipeline.types)
     out: dict[str, Decoder] = {}
-    for t in [*(s.topic for s in pipeline.sources()), *pipeline.sink_topics()]:
+    for t in user_topics(pipeline).values():
         out[t.name] = Decoder(f"serdes of {t.name}", t.key_serde.bind(t.name, True).deserialize,
                               t.value_serde.bind(t.name, False).deserialize)
     for step in pipeline.steps.values():
@@ -232,47 +233,58 @@ def row(record: ReadRecord, decoder: Decoder) -> TailRow:
 
 def start_positions(settings: Mapping[str, Any], topic: str, start: str | None,
                     last: int) -> dict[tuple[str, int], int]:
-    """Where each partition is read from: ``start`` (earliest, latest, a time, topic:p:offset)
-    or, without it, ``last`` offsets before each partition's end."""
+    """Where each partition is read from: ``start`` (earliest, latest, a time: every
+    partition; topic:p:offset[,...]: only the partitions it names) or, without it, ``last``
+    offsets before each partition's end."""
     cluster = Cluster(settings)
     try:
         bounds = cluster.offsets(topic)  # also: an unknown topic fails here, with close matches
     finally:
         cluster.close()
     if start is not None:
-        return resolve_positions(settings, [topic], start, option="--from", group="fw-tail")
+        positions = resolve_positions(settings, [topic], start, option="--from", group="fw-tail")
+        named = explicit_offsets(start)
+        return positions if named is None else {tp: at for tp, at in positions.items() if tp in named}
     return {(topic, p): max(low, high - last) for p, (low, high) in bounds.items()}
 
 
-def tail(settings: Mapping[str, Any], topic: str, decoder: Decoder, *, start: str | None = None, last: int = 10,
-         follow: bool = False, stopped: Callable[[], bool] = lambda: False) -> Iterator[TailRow]:
-    """The committed records of ``topic``: from ``start`` to the end, or (no ``start``) the
-    last ``last`` records by timestamp (at most: transaction markers take offsets too); then,
+def tail(settings: Mapping[str, Any], topic: str, decoder: Decoder, *, start: str | None = None,
+         last: int | None = None, follow: bool = False, stopped: Callable[[], bool] = lambda: False) -> Iterator[TailRow]:
+    """The committed records of ``topic``: from ``start`` to the end, or the first ``last``
+    from there (each partition's in offset order); without ``start``, the last ``last``
+    records (default 10) by timestamp (at most: transaction markers take offsets too). Then,
     with ``follow``, every record as it arrives, until ``stopped()`` (checked between reads,
-    so within one read's timeout) or the caller stops iterating."""
-    positions = start_positions(settings, topic, start, last)
+    so within one read's timeout), the caller stops iterating, or ``start``'s ``last``
+    records were shown."""
+    if start is None:
+        last = DEFAULT_LAST if last is None else last
+    positions = start_positions(settings, topic, start, last or 0)
     reader = TopicReader(settings, positions)
+    shown = 0
     try:
-        first = _to_end(reader, len(positions))
+        first = _to_end(reader, len(positions), None if start is None else last)
         if start is None:
             first = sorted(first, key=lambda r: (r.timestamp or 0, r.partition, r.offset))[-last:] if last else []
         for record in first:
             yield row(record, decoder)
-        while follow and not stopped():
+        shown = len(first)
+        while follow and not stopped() and (start is None or last is None or shown < last):
             records, _ = reader.read(_READ_TIMEOUT_S)
-            for record in records:
+            for record in records[:None if start is None or last is None else last - shown]:
                 yield row(record, decoder)
+                shown += 1
     finally:
         reader.close()
 
 
-def _to_end(reader: TopicReader, partitions: int) -> list[ReadRecord]:
-    """Records until every partition has reported its end once: records written meanwhile
-    may come along, but a busy topic does not keep a tail without ``follow`` running."""
+def _to_end(reader: TopicReader, partitions: int, limit: int | None) -> list[ReadRecord]:
+    """Records until every partition has reported its end once, or (``limit``) the first
+    ``limit`` records: records written meanwhile may come along, but a busy topic does not
+    keep a tail without ``follow`` running."""
     out: list[ReadRecord] = []
     at_end: set[tuple[str, int]] = set()
-    while len(at_end) < partitions:
+    while len(at_end) < partitions and (limit is None or len(out) < limit):
         records, ended = reader.read(_READ_TIMEOUT_S)
         out.extend(records)
         at_end |= ended
-    return out
+    return out if limit is None else out[:limit]

@@ -9,6 +9,8 @@ of ``services/``.
 from __future__ import annotations
 
 import base64
+import binascii
+import json
 from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
@@ -18,7 +20,7 @@ from typing import Any
 
 from framework.config import Config
 from framework.kafka.logs import CLIENT_LOG
-from framework.pipeline.definition import Pipeline
+from framework.pipeline.definition import Pipeline, Topic
 
 
 def is_target(service: str) -> bool:
@@ -31,6 +33,12 @@ def load_service(target: str) -> Pipeline:
     from framework.pipeline.loading import load_pipeline
 
     return load_pipeline(target)
+
+
+def user_topics(pipeline: Pipeline) -> dict[str, Topic]:
+    """The topics a user writes to or reads from service ``pipeline``, by name: its sources,
+    sinks and late topics, with their serdes (not its own internal topics)."""
+    return {t.name: t for t in [*(s.topic for s in pipeline.sources()), *pipeline.sink_topics()]}
 
 
 def load_config(config_file: str | None) -> Config:
@@ -79,3 +87,16 @@ def raw_bytes(data: bytes) -> str | dict[str, str]:
     if text is not None and (text.isprintable() or not text):
         return text
     return {"base64": base64.b64encode(data).decode()}
+
+
+def as_bytes(value: Any) -> bytes:
+    """The bytes ``raw_bytes`` shows as ``value``: text as UTF-8, ``{"base64": ...}`` decoded;
+    any other JSON value as its compact JSON. A ``ValueError`` for bad base64."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, dict) and list(value) == ["base64"] and isinstance(value["base64"], str):
+        try:
+            return base64.b64decode(value["base64"], validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"not base64: {exc}") from None
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()

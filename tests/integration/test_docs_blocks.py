@@ -130,7 +130,7 @@ def _target_missing(argv: list[str]) -> str | None:
 def test_the_cli_check_catches_drift() -> None:
     assert check_fw_command(["fw", "topics", "list", "--json"]) is None
     assert check_fw_command(["fw", "topic", "list"])  # no such command
-    assert check_fw_command(["fw", "topics", "delete", "numbers"])  # no such subcommand
+    assert check_fw_command(["fw", "topics", "purge", "numbers"])  # no such subcommand
     assert check_fw_command(["fw", "topics", "list", "--format", "json"])  # no such option
     assert check_fw_command(["fw", "new", "service", "x", "--template", "sliding"])  # not a choice
     assert check_fw_command(["fw", "status"])  # its argument is missing
