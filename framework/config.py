@@ -86,6 +86,10 @@ class KafkaConfig:
     transaction_timeout_ms: int = 60000
     connect_timeout_ms: int = 60000  # how long a starting service waits for an unreachable cluster
     create_topics: bool = True  # false: a missing source or sink topic stops the service
+    # the service's own topics (repartition, changelogs, dead letters, the backfill ledger):
+    # -1 and 0 take the cluster's default.replication.factor and min.insync.replicas
+    internal_replication_factor: int = -1
+    internal_min_insync_replicas: int = 0
 
     def __post_init__(self) -> None:
         # Read-only string views, whatever was passed in (dicts, TOML numbers, booleans).

@@ -14,7 +14,13 @@ import click
 
 from framework.config import Config, is_secret
 from framework.errors import ConfigError
-from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
+from framework.kafka.admin import (
+    InternalTopics,
+    TopicSpec,
+    admin_client,
+    ensure_topics,
+    topic_partitions,
+)
 from framework.kafka.groups import held_records
 from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
@@ -43,6 +49,7 @@ from framework.replay.submit import (
 )
 from framework.runtime.topics import (
     ensure_service_topics,
+    internal_topics,
     producer_max_bytes,
     size_config,
     written_limits,
@@ -193,7 +200,8 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     global_ranges = resolve_ranges(settings, tables, "earliest", end, group=pipeline.name) if tables else {}
     max_bytes = producer_max_bytes(config.kafka.producer)
     # its internal topics (markers, changelogs), made as the live service makes them
-    partitions = ensure_service_topics(pipeline, settings, max_message_bytes=max_bytes)
+    partitions = ensure_service_topics(pipeline, settings, max_message_bytes=max_bytes,
+                                       internal=internal_topics(config.kafka))
     if bootstrap:
         from framework.replay.handover import refuse_if_running
 
@@ -215,7 +223,8 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
         decided = _backfill(settings, pipeline.name, ledger.Backfill(
             id=ledger.backfill_id(definition, ranges, archive, destination, partitions, bootstrap), target=target,
             pipeline=ledger.pipeline_hash(definition), destination=destination, ranges=ranges, asked=[start, end],
-            archive=archive, started=ledger.now_text()), again=again, dry_run=dry_run)
+            archive=archive, started=ledger.now_text()), again=again, dry_run=dry_run,
+            internal=internal_topics(config.kafka))
         if decided is None:
             return
         backfill, resumed = decided
@@ -235,7 +244,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
 
 
 def _backfill(settings: dict[str, str], service: str, mine: ledger.Backfill, *, again: bool,
-              dry_run: bool) -> tuple[ledger.Backfill, bool] | None:
+              dry_run: bool, internal: InternalTopics) -> tuple[ledger.Backfill, bool] | None:
     """What the ledger says of backfill ``mine``: the backfill to run (``mine``, recorded as
     running, or the failed run it continues) and whether it continues one; None when it
     completed before (said)."""
@@ -254,7 +263,7 @@ def _backfill(settings: dict[str, str], service: str, mine: ledger.Backfill, *, 
         click.echo(f"[replay] backfill {found.id} started at {found.started} did not complete: each task continues "
                    f"from what it committed ({found.range_text()} to {found.where()})")
     else:
-        ledger.record(settings, service, found)
+        ledger.record(settings, service, found, internal)
         click.echo(f"[replay] backfill {found.id}: {found.range_text()} to {found.where()}")
     return found, decision.action == "continue"
 

@@ -104,6 +104,22 @@ class TopicSpec:
     replication_factor: int = -1  # broker default
 
 
+@dataclass(frozen=True)
+class InternalTopics:
+    """How the topics a service makes for itself (repartition topics, changelogs, dead
+    letters, the backfill ledger) are replicated: ``replication_factor`` -1 and
+    ``min_insync_replicas`` 0 take the cluster's defaults (``default.replication.factor``,
+    ``min.insync.replicas``)."""
+
+    replication_factor: int = -1
+    min_insync_replicas: int = 0
+
+    def spec(self, name: str, partitions: int, config: Mapping[str, str]) -> TopicSpec:
+        if self.min_insync_replicas > 0:
+            config = {"min.insync.replicas": str(self.min_insync_replicas), **config}
+        return TopicSpec(name, partitions, config, self.replication_factor)
+
+
 def topic_partitions(admin: AdminClient, names: Iterable[str] | None, timeout_s: float = 10.0) -> dict[str, int]:
     """Partition counts of the existing topics among ``names`` (None: of every topic)."""
     md = admin.list_topics(timeout=timeout_s)

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from framework.errors import ConfigError
-from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, topic_partitions
+from framework.kafka.admin import InternalTopics, admin_client, ensure_topics, topic_partitions
 from framework.kafka.groups import delete_group
 from framework.kafka.inspect import Cluster
 from framework.kafka.io import delete_topics, produce_values, read_committed
@@ -169,10 +169,15 @@ def read_ledger(settings: Mapping[str, Any], service: str) -> list[Backfill]:
     return [Backfill.from_json(v) for v in latest.values() if v is not None]
 
 
-def record(settings: Mapping[str, Any], service: str, backfill: Backfill) -> None:
-    """Write ``backfill`` as the ledger's record of it (the ledger is created when missing)."""
+_CLUSTER_DEFAULTS = InternalTopics()
+
+
+def record(settings: Mapping[str, Any], service: str, backfill: Backfill,
+           internal: InternalTopics = _CLUSTER_DEFAULTS) -> None:
+    """Write ``backfill`` as the ledger's record of it (the ledger is created when missing,
+    replicated as ``internal`` says)."""
     topic = ledger_topic(service)
-    ensure_topics(admin_client(settings), [TopicSpec(topic, 1, {"cleanup.policy": "compact"})])
+    ensure_topics(admin_client(settings), [internal.spec(topic, 1, {"cleanup.policy": "compact"})])
     produce_values(settings["bootstrap.servers"], topic, [(backfill.id.encode(), backfill.to_json())],
                    extra=_written(settings))
 

@@ -68,6 +68,7 @@ from framework.runtime.slow import SlowRecords
 from framework.runtime.standby import Standby
 from framework.runtime.topics import (
     ensure_service_topics,
+    internal_topics,
     producer_max_bytes,
     service_grants,
 )
@@ -157,7 +158,7 @@ class Service:
         wait_for_cluster(settings, cfg.kafka.connect_timeout_ms / 1000)
         max_bytes = producer_max_bytes(cfg.kafka.producer)
         self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics,
-                                                max_message_bytes=max_bytes)
+                                                max_message_bytes=max_bytes, internal=internal_topics(cfg.kafka))
         missing = missing_grants(settings, service_grants(self.pipeline))
         if missing:
             raise denied(settings, self.pipeline.name, missing)

@@ -9,9 +9,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from framework.config import KafkaConfig
 from framework.errors import PipelineError, RuntimeProblem
 from framework.kafka.acl import Grant
 from framework.kafka.admin import (
+    InternalTopics,
     TopicLimits,
     TopicSpec,
     admin_client,
@@ -27,8 +29,16 @@ from framework.pipeline.internal import known_services, stale_stores
 log = logging.getLogger("framework.runtime")
 
 
+CLUSTER_DEFAULTS = InternalTopics()  # the service's topics as the cluster's defaults replicate them
+
+
+def internal_topics(kafka: KafkaConfig) -> InternalTopics:
+    """How ``kafka`` (the service's settings) replicates the topics the service makes."""
+    return InternalTopics(kafka.internal_replication_factor, kafka.internal_min_insync_replicas)
+
+
 def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], create: bool = True, *,
-                          max_message_bytes: int | None = None) -> int:
+                          max_message_bytes: int | None = None, internal: InternalTopics = CLUSTER_DEFAULTS) -> int:
     """Create missing topics; return the service's partition count (= number of tasks).
 
     Sources must be co-partitioned (same partition count). Missing sources are created with
@@ -39,7 +49,8 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
 
     ``max_message_bytes`` (the producer's ``message.max.bytes``, when set): the topics the
     service writes to are created with a ``max.message.bytes`` as large (a ``Topic.config`` of
-    its own wins); ``output_limits`` checks the ones that exist.
+    its own wins); ``output_limits`` checks the ones that exist. ``internal`` replicates the
+    service's own topics (``kafka.internal_replication_factor``, ``internal_min_insync_replicas``).
     """
     admin = admin_client(settings)
     sources = [s.topic for s in pipeline.sources()]
@@ -60,14 +71,17 @@ def ensure_service_topics(pipeline: Pipeline, settings: Mapping[str, Any], creat
             raise topics_missing(pipeline, absent, n, settings.get("bootstrap.servers", "?"), running=False)
     limit = size_config(max_message_bytes)
     specs = [TopicSpec(t.name, counts[t.name], dict(t.config)) for t in sources]
-    written = [TopicSpec(name, n, limit) for name in pipeline.input_topics() if name not in counts]
+    written = [internal.spec(name, n, limit) for name in pipeline.input_topics() if name not in counts]
     written += [
-        TopicSpec(pipeline.changelog_topic(name), n, {"cleanup.policy": "compact", **limit})
+        internal.spec(pipeline.changelog_topic(name), n, {"cleanup.policy": "compact", **limit})
         for name in pipeline.changelogged_stores()
     ]
-    sinks = {t.name: t for t in [*pipeline.sink_topics(), pipeline.dead_letter]}
+    sinks = {t.name: t for t in pipeline.sink_topics()}
+    dead = pipeline.dead_letter
     written += [TopicSpec(t.name, t.partitions or n, {**limit, **t.config}) for t in sinks.values()
                 if t.name not in counts]
+    if dead.name not in counts and dead.name not in sinks:
+        written.append(internal.spec(dead.name, dead.partitions or n, {**limit, **dead.config}))
     # a global table's topic is read whole by every member: no co-partitioning asked of it
     specs += [TopicSpec(g.topic.name, g.topic.partitions or n, dict(g.topic.config)) for g in pipeline.global_tables()]
     ensure_topics(admin, specs + written, who=principal(settings))

@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import ConfigResource
 
 from framework.broker.cluster import LocalCluster
-from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+from framework.kafka.admin import InternalTopics, TopicSpec, admin_client, ensure_topics
+from framework.runtime.topics import ensure_service_topics
 from tests.integration.harness import (
     EvenOddOutputs,
     ServiceProcess,
@@ -184,3 +186,32 @@ def test_members_ride_out_two_rolling_restarts_and_the_input_leader_chased_throu
     for i in range(5):
         _bounce(m, m.input_leader, kill=i % 2 == 1)
     m.finish()
+
+
+def _replication(bootstrap: str, topic: str) -> tuple[set[int], str]:
+    """The replica counts of ``topic``'s partitions, and its effective min.insync.replicas."""
+    admin = admin_client({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(topic, timeout=10).topics[topic]
+    [configs] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+    return {len(p.replicas) for p in md.partitions.values()}, configs.result(10)["min.insync.replicas"].value
+
+
+def test_a_services_own_topics_take_the_cluster_defaults_or_the_internal_settings(
+        three_nodes: LocalCluster, unique: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service's repartition topic, changelogs and dead letters at the cluster's RF 3 / min
+    ISR 2, or as ``kafka.internal_replication_factor`` and ``internal_min_insync_replicas``
+    say; its sources and sinks at the cluster's defaults either way."""
+    from tests.integration.pipelines import even_odd
+
+    bootstrap = three_nodes.bootstrap
+    for suffix, internal, expected in ((f"{unique}d", InternalTopics(), ({3}, "2")),
+                                       (f"{unique}s", InternalTopics(2, 1), ({2}, "1"))):
+        monkeypatch.setenv("FW_TEST_SUFFIX", suffix)
+        pipeline = even_odd()
+        ensure_service_topics(pipeline, {"bootstrap.servers": bootstrap}, internal=internal)
+        own = [*(t for t in pipeline.input_topics() if "repartition" in t),
+               *(pipeline.changelog_topic(s) for s in pipeline.changelogged_stores()), pipeline.dead_letter.name]
+        users = [f"numbers-{suffix}", f"sums-{suffix}", f"counts-{suffix}", f"seen-{suffix}"]
+        assert len(own) == 4
+        assert {t: _replication(bootstrap, t) for t in own} == dict.fromkeys(own, expected)
+        assert {t: _replication(bootstrap, t) for t in users} == dict.fromkeys(users, ({3}, "2"))
