@@ -23,6 +23,7 @@ from framework.kafka.admin import TopicSpec, ensure_topics
 from framework.kafka.logs import QUIET_LOG as _QUIET
 
 TRANSACTION_SETTINGS = ("transaction.state.log.replication.factor", "transaction.state.log.min.isr")
+DURABILITY_SETTINGS = ("default.replication.factor", "min.insync.replicas")  # what new topics get
 CLOCK_TOPIC = "__fw_doctor"
 # LogAppendTime: the broker stamps each record with its own clock when it appends it, and
 # the produce response carries that stamp back. Small retention: the records are samples.
@@ -49,7 +50,8 @@ class ClusterFacts:
     cluster_id: str | None
     controller: str | None  # "id@host:port"
     brokers: list[str]  # "id@host:port", by id
-    broker_configs: dict[str, int] = field(default_factory=dict)  # TRANSACTION_SETTINGS of the first broker
+    # TRANSACTION_SETTINGS and DURABILITY_SETTINGS of the first broker
+    broker_configs: dict[str, int] = field(default_factory=dict)
     configs_error: str | None = None  # why broker_configs is empty (e.g. not authorized)
 
 
@@ -96,9 +98,9 @@ def _transaction_settings(admin: AdminClient, broker: str, deadline: Deadline) -
         entries = admin.describe_configs([resource], request_timeout=deadline.left(5.0))[resource].result()
     except KafkaException as exc:
         return {}, _reason(exc)
-    found = {name: int(entries[name].value) for name in TRANSACTION_SETTINGS
+    found = {name: int(entries[name].value) for name in (*TRANSACTION_SETTINGS, *DURABILITY_SETTINGS)
              if name in entries and entries[name].value is not None}
-    missing = [name for name in TRANSACTION_SETTINGS if name not in found]
+    missing = [name for name in (*TRANSACTION_SETTINGS, *DURABILITY_SETTINGS) if name not in found]
     return found, f"broker {broker} does not report {', '.join(missing)}" if missing else None
 
 

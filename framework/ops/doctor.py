@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -268,7 +268,7 @@ def check_registry() -> list[Check]:
 
 # -- the cluster -----------------------------------------------------------------------------
 
-CLUSTER_NAMES = ("cluster", "broker", "transactions", "clock")
+CLUSTER_NAMES = ("cluster", "broker", "transactions", "durability", "clock")
 
 
 def check_cluster(config: Config, clock: bool = True) -> list[Check]:
@@ -284,7 +284,7 @@ def check_cluster(config: Config, clock: bool = True) -> list[Check]:
     clock_check = _clock(settings, deadline) if clock else Check("clock", Status.SKIP, "skipped (--skip-clock)")
     return [Check("cluster", Status.OK, f"{settings['bootstrap.servers']} ({protocol}) answers: cluster "
                                         f"{facts.cluster_id}"),
-            _brokers(facts), _transactions(facts), clock_check]
+            _brokers(facts), _transactions(facts), durability(facts, config.kafka.producer), clock_check]
 
 
 def _unreachable(settings: dict[str, str], reason: str) -> Check:
@@ -324,6 +324,40 @@ def _transactions(facts: probe.ClusterFacts) -> Check:
                                               "cannot commit", f"set {names[0]} and {names[1]} to at most {count} "
                                                                "in the brokers' configuration, or add brokers "
                                                                "(at_least_once needs no transactions)")
+
+
+def durability(facts: probe.ClusterFacts, producer: Mapping[str, str]) -> Check:
+    """Whether an acknowledged write survives a node's loss: on a cluster of two brokers or
+    more, the replication new topics get (the framework's internal ones among them, unless
+    ``kafka.internal_*`` says otherwise), the transaction log's min ISR, and the producer's
+    ``acks`` and idempotence (``kafka.producer``)."""
+    count = len(facts.brokers)
+    lax = [f"kafka.producer {key}={producer[key]}" for key, safe in (("acks", ("all", "-1")),
+                                                                       ("enable.idempotence", ("true",)))
+           if key in producer and str(producer[key]).lower() not in safe]
+    if count < 2 and not lax:
+        return Check("durability", Status.OK, "one broker: nothing is replicated (production clusters have three or "
+                                              "more brokers)")
+    configs = facts.broker_configs
+    rf, isr = (configs.get(n) for n in probe.DURABILITY_SETTINGS)
+    txn_isr = configs.get(probe.TRANSACTION_SETTINGS[1])
+    if count >= 2:
+        if rf is not None and rf < 2:
+            lax.append(f"default.replication.factor={rf} (new topics, the service's own among them, on one node)")
+        if isr is not None and isr < 2 and (rf or 0) >= 2:
+            lax.append(f"min.insync.replicas={isr} (a write acknowledged by one node alone)")
+        if txn_isr is not None and txn_isr < 2:
+            lax.append(f"transaction.state.log.min.isr={txn_isr}")
+    shown = ", ".join(f"{n}={configs[n]}" for n in probe.DURABILITY_SETTINGS if n in configs)
+    detail = f"{_count(count, 'broker')}" + (f"; {shown}" if shown else "")
+    if not lax:
+        return Check("durability", Status.OK, detail)
+    return Check("durability", Status.WARN, f"{detail}: an acknowledged write can be lost with one node: "
+                                            f"{'; '.join(lax)}",
+                 "set default.replication.factor=3, min.insync.replicas=2 and transaction.state.log.min.isr=2 in "
+                 "the brokers' configuration (or kafka.internal_replication_factor and "
+                 "kafka.internal_min_insync_replicas for the service's own topics), and leave acks and "
+                 "enable.idempotence out of kafka.producer")
 
 
 def _clock(settings: dict[str, str], deadline: probe.Deadline) -> Check:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +24,7 @@ from framework.broker.cluster import LocalCluster
 from framework.kafka.admin import InternalTopics, TopicSpec, admin_client, ensure_topics
 from framework.runtime.topics import ensure_service_topics
 from tests.integration.harness import (
+    ROOT,
     EvenOddOutputs,
     ServiceProcess,
     check_exactly_once,
@@ -33,6 +37,7 @@ from tests.integration.harness import (
     service_env,
     wait_until,
 )
+from tests.integration.test_doctor import fw_doctor
 from tests.ports import worker_ports
 
 KEYS = 300
@@ -215,3 +220,16 @@ def test_a_services_own_topics_take_the_cluster_defaults_or_the_internal_setting
         assert len(own) == 4
         assert {t: _replication(bootstrap, t) for t in own} == dict.fromkeys(own, expected)
         assert {t: _replication(bootstrap, t) for t in users} == dict.fromkeys(users, ({3}, "2"))
+
+
+def test_fw_doctor_reports_the_clusters_replication_and_warns_about_a_lax_producer(three_nodes: LocalCluster) -> None:
+    checks = {c["name"]: c for c in json.loads(fw_doctor(three_nodes.bootstrap, "--json", "--skip-clock").stdout)}
+    assert checks["durability"]["status"] == "ok", checks["durability"]
+    assert checks["durability"]["detail"] == "3 brokers; default.replication.factor=3, min.insync.replicas=2"
+    env_lax = {**os.environ, "FW_KAFKA_PRODUCER__ACKS": "1"}
+    lax = subprocess.run([sys.executable, "-c", "from framework.cli import main; main()", "doctor", "--json",
+                          "--skip-clock"], env={**env_lax, "FW_BOOTSTRAP_SERVERS": three_nodes.bootstrap,
+                                                "PYTHONPATH": str(ROOT)},
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    found = {c["name"]: c for c in json.loads(lax.stdout)}["durability"]
+    assert found["status"] == "warn" and "kafka.producer acks=1" in found["detail"], found

@@ -22,7 +22,7 @@ def test_on_the_real_broker_every_cluster_check_passes(kafka_bootstrap: str) -> 
     done = fw_doctor(kafka_bootstrap, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     checks = {c["name"]: c for c in json.loads(done.stdout)}
-    cluster = {name: checks[name] for name in ("cluster", "broker", "transactions", "clock")}
+    cluster = {name: checks[name] for name in ("cluster", "broker", "transactions", "durability", "clock")}
     assert {name: c["status"] for name, c in cluster.items()} == dict.fromkeys(cluster, "ok"), cluster
     assert cluster["cluster"]["detail"].startswith(f"{kafka_bootstrap} (PLAINTEXT) answers")
     assert "transaction.state.log.replication.factor=" in cluster["transactions"]["detail"]
@@ -38,6 +38,6 @@ def test_an_unreachable_cluster_fails_its_line_with_the_fix_and_skips_what_depen
     assert lines["cluster"].startswith("✗ cluster")
     assert "cannot reach 127.0.0.1:1 (PLAINTEXT)" in lines["cluster"]
     assert "Fix: check that the brokers at 127.0.0.1:1" in lines["cluster"]
-    for name in ("broker", "transactions", "clock"):
+    for name in ("broker", "transactions", "durability", "clock"):
         assert lines[name].startswith(f"- {name}") and "not reachable" in lines[name]
     assert " failed, " in done.stdout.splitlines()[-1]

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from framework.cli import cli
+from framework.kafka import probe
 from framework.kafka.probe import ClockSample
 from framework.ops import doctor as D
 
@@ -164,3 +165,21 @@ def test_a_bad_configuration_fails_its_line_and_skips_what_needs_it(monkeypatch:
     assert "disk" not in names
     cluster = next(step for step in D.steps(None) if "cluster" in step.names).run()
     assert {c.status for c in cluster} == {D.Status.SKIP}
+
+
+def _facts(brokers: int, **configs: int) -> probe.ClusterFacts:
+    return probe.ClusterFacts("c", "1@h:1", [f"{i}@h:{i}" for i in range(1, brokers + 1)],
+                              {k.replace("_", "."): v for k, v in configs.items()})
+
+
+def test_durability_warns_when_one_node_can_hold_an_acknowledged_write_alone() -> None:
+    safe = {"default_replication_factor": 3, "min_insync_replicas": 2}
+    assert D.durability(_facts(1, default_replication_factor=1, min_insync_replicas=1), {}).status is D.Status.OK
+    assert D.durability(_facts(3, **safe), {}).status is D.Status.OK
+    rf1 = D.durability(_facts(3, default_replication_factor=1, min_insync_replicas=1), {})
+    assert rf1.status is D.Status.WARN and "default.replication.factor=1" in rf1.detail and rf1.fix
+    isr1 = D.durability(_facts(3, default_replication_factor=3, min_insync_replicas=1), {})
+    assert isr1.status is D.Status.WARN and "min.insync.replicas=1" in isr1.detail
+    acks = D.durability(_facts(3, **safe), {"acks": "1", "enable.idempotence": "false"})
+    assert acks.status is D.Status.WARN
+    assert "kafka.producer acks=1" in acks.detail and "enable.idempotence=false" in acks.detail
