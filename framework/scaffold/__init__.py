@@ -10,11 +10,12 @@ templates are rendered in ``render``.
 from framework.scaffold.project import framework_spec, new_project
 from framework.scaffold.service import (
            DEFAULT_TEMPLATE,
+           TEMPLATE_SUMMARIES,
            TEMPLATES,
            Result,
            find_project_root,
            new_service,
 )
 
-__all__ = ["DEFAULT_TEMPLATE", "TEMPLATES", "Result", "find_project_root", "framework_spec", "new_project",
+__all__ = ["DEFAULT_TEMPLATE", "TEMPLATES", "TEMPLATE_SUMMARIES", "Result", "find_project_root", "framework_spec", "new_project",
            "new_service"]

@@ -23,7 +23,18 @@ from framework.scaffold import compose, prometheus
 from framework.scaffold.names import ServiceNames, service_names
 from framework.scaffold.render import Changes, FileSet, render_tree
 
-TEMPLATES = ("stateless", "keyed", "windowed", "join", "process", "enrich", "lookup")
+TEMPLATE_SUMMARIES: dict[str, str] = {
+    "stateless": "filter/map",
+    "keyed": "key_by + rolling aggregate",
+    "windowed": "event-time tumbling window",
+    "join": "two-stream interval join",
+    "process": "state and a timer",
+    "enrich": "a stream joined with a table as of event time",
+    "lookup": "an async call to an HTTP service per record",
+}
+"""Each template of ``fw new service --template`` and what it shows, in one phrase: the one
+list that the CLI help and the generated project's README are made from."""
+TEMPLATES = tuple(TEMPLATE_SUMMARIES)
 DEFAULT_TEMPLATE = "keyed"
 COMPOSE = "docker-compose.yml"
 PROMETHEUS = prometheus.PROMETHEUS

@@ -343,3 +343,16 @@ def test_a_new_project_deploys_like_this_repository(tmp_path: Path) -> None:
     assert prometheus.targets_of((target / PROMETHEUS).read_text()) == ["alerts:9400", "spend:9400"]
     services = list(yaml.safe_load((target / "docker-compose.yml").read_text())["services"])
     assert services == ["kafka", "prometheus", "alerts", "spend"]
+
+
+def test_every_place_that_lists_the_templates_lists_them_all(tmp_path: Path) -> None:
+    helped = _fw(tmp_path, "new", "service", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert all(f"{t}:" in helped.stdout for t in TEMPLATES), helped.stdout
+    made = _fw(tmp_path, "new", "project", "shop", "--framework", "kstreamflow @ file:///opt/kstreamflow")
+    assert made.returncode == 0, made.stderr
+    assert f"--template {'|'.join(TEMPLATES)}" in (tmp_path / "shop/README.md").read_text()
+    for doc in ("docs/tutorial.md", "docs/scaffolding.md"):
+        text = (ROOT / doc).read_text()
+        missing = [t for t in TEMPLATES if f"`{t}`" not in text and f"--template {t}`" not in text]
+        assert not missing, f"{doc} does not list {missing}"
