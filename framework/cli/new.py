@@ -9,6 +9,7 @@ import click
 
 from framework.scaffold import (
     DEFAULT_TEMPLATE,
+    FIRST_RUN,
     TEMPLATE_SUMMARIES,
     TEMPLATES,
     Result,
@@ -36,6 +37,8 @@ def service(name: str, template: str, force: bool) -> None:
     _report(result, f"service {result.names.service}")
     if result.changed:
         _next_steps(result)
+        for line in FIRST_RUN.get(template, ()):
+            click.echo(line.format(service=result.names.service, package=result.names.package))
 
 
 @new.command("project")
