@@ -9,6 +9,8 @@ import click
 
 from framework.scaffold import (
     DEFAULT_TEMPLATE,
+    FIRST_RUN,
+    TEMPLATE_SUMMARIES,
     TEMPLATES,
     Result,
     find_project_root,
@@ -26,8 +28,7 @@ def new() -> None:
 @new.command("service")
 @click.argument("name")
 @click.option("--template", type=click.Choice(TEMPLATES), default=DEFAULT_TEMPLATE, show_default=True,
-              help="stateless: filter/map; keyed: key_by + rolling aggregate; windowed: event-time "
-                   "tumbling window; join: two-stream interval join; process: state and a timer.")
+              help="; ".join(f"{name}: {what}" for name, what in TEMPLATE_SUMMARIES.items()) + ".")
 @click.option("--force", is_flag=True, help="Overwrite files that exist with other content.")
 def service(name: str, template: str, force: bool) -> None:
     """Create service NAME (e.g. fraud-alerts) in the project around the current directory:
@@ -36,6 +37,8 @@ def service(name: str, template: str, force: bool) -> None:
     _report(result, f"service {result.names.service}")
     if result.changed:
         _next_steps(result)
+        for line in FIRST_RUN.get(template, ()):
+            click.echo(line.format(service=result.names.service, package=result.names.package))
 
 
 @new.command("project")
@@ -56,7 +59,7 @@ def project(directory: Path, service_name: str, framework_spec: str | None, forc
         click.echo(f"  cd {where}")
         click.echo("  scripts/test     # creates .venv, installs the project and the framework, runs the tests")
         click.echo(f"  scripts/demo     # runs {result.names.service} over sample input on a local broker")
-        click.echo("  fw new service NAME --template keyed   # inside .venv: another service")
+        click.echo(f"  fw new service NAME --template {'|'.join(TEMPLATES)}   # inside .venv: another service")
 
 
 def _report(result: Result, what: str) -> None:

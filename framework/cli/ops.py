@@ -15,13 +15,19 @@ from typing import Any, TypeVar, cast
 import click
 
 from framework.cli import output as out
-from framework.errors import ConfigError, RuntimeProblem
+from framework.errors import RuntimeProblem
 from framework.ops import cleanup as C
 from framework.ops import groups as G
 from framework.ops import state as St
 from framework.ops import tail as Tl
 from framework.ops import topics as T
-from framework.ops.targets import client_settings, is_target, load_config, load_service
+from framework.ops.targets import (
+    client_settings,
+    is_target,
+    load_config,
+    load_service,
+    service_pipeline,
+)
 from framework.pipeline.definition import Pipeline
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -207,13 +213,11 @@ def _n(value: int | None) -> str:
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
 @_common
 def group_reset(service: str, to: str, dry_run: bool, as_json: bool, config_file: str | None) -> None:
-    """Start SERVICE (module:pipeline) over: sources to --to, every internal topic of the
-    service (its releases' changelogs and repartition topics) emptied or deleted, its local
-    stores here deleted. Outputs and dead letters stay. Refused while the group has members."""
-    if not is_target(service):
-        raise ConfigError(f"fw group reset needs the service as module:pipeline, not the group id {service!r}: "
-                          "the reset also empties the service's internal topics, which its definition names")
-    pipeline = load_service(service)
+    """Start SERVICE (module:pipeline, or its name with services/<package>/pipeline.py here)
+    over: sources to --to, every internal topic of the service (its releases' changelogs and
+    repartition topics) emptied or deleted, its local stores here deleted. Outputs and dead
+    letters stay. Refused while the group has members."""
+    pipeline = service_pipeline(service, "group reset")  # its internal topics, emptied too, are in its definition
     config = load_config(config_file)
     settings = client_settings(config)
     plan = G.plan_reset(settings, pipeline, to, config.state.dir)
@@ -256,11 +260,8 @@ def _open(service: str, store: str, source: str, config_file: str | None,
           live: Callable[[Pipeline, dict[str, Any]], list[St.StoreRow] | None]) -> St.StoreReader | list[St.StoreRow]:
     """The running service's answer (``--source live``, or ``auto`` when a member answers),
     else a reader of the local copies and changelogs."""
-    if not is_target(service):
-        raise ConfigError(f"fw state needs the service as module:pipeline, not {service!r}: its definition gives "
-                          "the store's key and value types")
     config = load_config(config_file)
-    pipeline, settings = load_service(service), client_settings(config)
+    pipeline, settings = service_pipeline(service, "state"), client_settings(config)
     if source in ("auto", "live"):
         rows = live(pipeline, settings)
         if rows is not None:
@@ -289,15 +290,12 @@ def _rows(opened: St.StoreReader | list[St.StoreRow], read: Callable[[St.StoreRe
 @click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
 @_common
 def state_drop(service: str, store: str, dry_run: bool, as_json: bool, config_file: str | None) -> None:
-    """Delete STORE of SERVICE (module:pipeline), a store of an earlier release the pipeline no
-    longer has: its changelog and its local copies here. Refused for a store the pipeline has,
-    and while the group has members."""
-    if not is_target(service):
-        raise ConfigError(f"fw state drop needs the service as module:pipeline, not {service!r}: its definition "
-                          "tells the stores it still uses")
+    """Delete STORE of SERVICE (module:pipeline, or its name with services/<package>/pipeline.py
+    here), a store of an earlier release the pipeline no longer has: its changelog and its
+    local copies here. Refused for a store the pipeline has, and while the group has members."""
     config = load_config(config_file)
     settings = client_settings(config)
-    plan = C.plan_drop(settings, load_service(service), store, config.state.dir)
+    plan = C.plan_drop(settings, service_pipeline(service, "state drop"), store, config.state.dir)
     if not dry_run:
         C.apply_drop(settings, plan)
     if as_json:

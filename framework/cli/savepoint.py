@@ -17,8 +17,8 @@ import click
 
 from framework.cli import output as out
 from framework.cli.ops import _common, _listed, _settings
-from framework.errors import ConfigError, RuntimeProblem
-from framework.ops.targets import client_settings, is_target, load_config, load_service
+from framework.errors import RuntimeProblem
+from framework.ops.targets import client_settings, is_target, load_config, service_pipeline
 from framework.pipeline.definition import Pipeline
 from framework.savepoint.manifest import Manifest, StoreInfo, list_savepoints, savepoint_root
 
@@ -31,13 +31,6 @@ def savepoint() -> None:
     """Snapshot a service's state and positions (running: its members held at a checkpoint
     meanwhile; or stopped), list and describe the savepoints, restore one onto the stopped
     service."""
-
-
-def _service(service: str, command: str) -> Pipeline:
-    if not is_target(service):
-        raise ConfigError(f"fw {command} needs the service as module:pipeline, not {service!r}: its "
-                          "definition names its stores, topics and serdes")
-    return load_service(service)
 
 
 @savepoint.command("create")
@@ -54,16 +47,17 @@ def _service(service: str, command: str) -> Pipeline:
 @_common
 def savepoint_create(service: str, path: Path | None, master: str | None, confs: tuple[str, ...], hold_s: float,
                      as_json: bool, config_file: str | None) -> None:
-    """Write a savepoint of SERVICE (module:pipeline): every store of every task, the group's
-    offsets and the repartition topics' records in flight. A running service's members are
-    held at a checkpoint (their inputs paused) while it is read."""
+    """Write a savepoint of SERVICE (module:pipeline, or its name with services/<package>/pipeline.py
+    here): every store of every task, the group's offsets and the repartition topics' records
+    in flight. A running service's members are held at a checkpoint (their inputs paused)
+    while it is read."""
     from framework.savepoint.create import create_savepoint
 
     if confs and master is None:
         raise click.UsageError("--conf sets Spark's settings: give --master too")
-    stores_by = None if master is None else SparkStores(service, master, confs, config_file)
-    where, manifest = create_savepoint(_settings(config_file), _service(service, "savepoint create"), path,
-                                       stores_by, hold_s)
+    pipeline = service_pipeline(service, "savepoint create")
+    stores_by = None if master is None else SparkStores(pipeline.target or service, master, confs, config_file)
+    where, manifest = create_savepoint(_settings(config_file), pipeline, path, stores_by, hold_s)
     where = where.resolve()
     if as_json:
         out.emit_json({"path": str(where), **_summary(manifest)})
@@ -114,7 +108,7 @@ class SparkStores:
 def savepoint_list(service: str | None, as_json: bool) -> None:
     """The savepoints under FW_SAVEPOINT_DIR (default ./savepoints), of SERVICE (its name, or
     module:pipeline) when given."""
-    name = _service(service, "savepoint list").name if service and is_target(service) else service
+    name = service_pipeline(service, "savepoint list").name if service and is_target(service) else service
     found = list_savepoints(savepoint_root(), name)
     if as_json:
         out.emit_json([{"path": str(s.path.resolve()), "size": s.size, **_summary(s.manifest)} for s in found])
@@ -149,7 +143,8 @@ def savepoint_describe(path: Path, as_json: bool) -> None:
 @_common
 def savepoint_restore(service: str, path: Path, allow_dropped_state: bool, partitions: int | None, dry_run: bool,
                       as_json: bool, config_file: str | None) -> None:
-    """Put the savepoint at PATH back onto SERVICE (module:pipeline), which must be stopped:
+    """Put the savepoint at PATH back onto SERVICE (module:pipeline, or its name with
+    services/<package>/pipeline.py here), which must be stopped:
     its changelogs, repartition topics and group offsets become the savepoint's; its local
     state here is deleted. Every file is read and checked against the manifest first: a
     damaged savepoint is refused before anything changes. With --partitions N, onto sources
@@ -158,7 +153,7 @@ def savepoint_restore(service: str, path: Path, allow_dropped_state: bool, parti
 
     config = load_config(config_file)
     settings = client_settings(config)
-    plan = plan_restore(settings, _service(service, "savepoint restore"), path, config.state.dir,
+    plan = plan_restore(settings, service_pipeline(service, "savepoint restore"), path, config.state.dir,
                         allow_dropped=allow_dropped_state, partitions=partitions)
     if not dry_run:
         apply_restore(settings, plan)
@@ -173,13 +168,13 @@ def savepoint_restore(service: str, path: Path, allow_dropped_state: bool, parti
               help="The savepoint's directory (default: FW_SAVEPOINT_DIR, else ./savepoints, /<service>/<time>).")
 @_common
 def rescale(service: str, partitions: int, path: Path | None, as_json: bool, config_file: str | None) -> None:
-    """Rescale SERVICE (module:pipeline), stopped and with every record of its sources
+    """Rescale SERVICE (module:pipeline, or its name with services/<package>/pipeline.py here), stopped and with every record of its sources
     processed, to more partitions: a savepoint, partitions added to the sources, and the
     savepoint restored onto them (docs/savepoints.md, Rescaling)."""
     from framework.savepoint.restore import rescale_service
 
     config = load_config(config_file)
-    pipeline = _service(service, "rescale")
+    pipeline = service_pipeline(service, "rescale")
     where, plan = rescale_service(client_settings(config), pipeline, partitions, config.state.dir, path)
     _print_restore(where, plan, False, as_json)
 

@@ -3,11 +3,13 @@ checkpoints and restores, from the broker and each member's ``/status`` endpoint
 
 The logic is in ``framework.ops.status``; this module parses options and renders: one
 table (a row per member and task partition) and a line per member, or JSON with ``--json``;
-``--watch`` redraws them in place until Ctrl-C.
+``--watch`` redraws them in place until Ctrl-C. Without ``--watch`` the exit status is 1 for
+a service with no member running (what the broker knows is printed all the same), 0 otherwise.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,24 +39,26 @@ _DEFAULT_WATCH_S = 2.0
 def status(service: str, watch: float | None, timeout_s: float, as_json: bool, config_file: str | None) -> None:
     """Members of SERVICE (module:pipeline, or its consumer-group id) with their partitions,
     state, lag, watermarks, checkpoint age and restore progress, from the broker and each
-    member's /status endpoint."""
+    member's /status endpoint. Exit status 1 when no member runs (without --watch)."""
     name, pipeline = _group_target(service)
     settings = _settings(config_file)
+    target = service if pipeline is not None else None
 
     def current() -> S.ServiceStatus:
         return S.service_status(settings, name, pipeline, timeout_s)
 
     if watch is None:
+        st = current()
         if as_json:
-            out.emit_json(current().as_dict())
+            out.emit_json(st.as_dict())
         else:
-            out.console().print(render(current()))
-        return
+            out.console().print(render(st, target=target))
+        sys.exit(0 if st.running else 1)
     try:
         if as_json:
             _watch_json(name, current, watch)
         else:
-            _watch_table(current, watch)
+            _watch_table(current, watch, target)
     except KeyboardInterrupt:
         return
 
@@ -74,14 +78,14 @@ def _watch_json(name: str, current: Callable[[], S.ServiceStatus], every_s: floa
         out.emit_json(document, lines=True)
 
 
-def _watch_table(current: Callable[[], S.ServiceStatus], every_s: float) -> None:
+def _watch_table(current: Callable[[], S.ServiceStatus], every_s: float, target: str | None) -> None:
     """Redraw the view every ``every_s`` seconds; its header says when it was taken."""
-    first = render(current(), at=time.time())
+    first = render(current(), at=time.time(), target=target)
     with Live(first, console=out.console(), auto_refresh=False, transient=False) as live:
         while True:
             time.sleep(every_s)
             try:
-                view = render(current(), at=time.time())
+                view = render(current(), at=time.time(), target=target)
             except FrameworkError as exc:
                 view = Text(f"error: {exc} (trying again every {every_s:g}s; Ctrl-C stops)")
             live.update(view, refresh=True)
@@ -93,14 +97,17 @@ COLUMNS = ["member", "endpoint", "partition", "state", "lag", "watermark", "dela
            "restore"]
 
 
-def render(st: S.ServiceStatus, at: float | None = None) -> RenderableType:
-    """The header line, the table and the member lines (or, with no members, the broker's
-    committed offsets and lag); ``at`` (a time) ends the header with ``at HH:MM:SS``."""
+def render(st: S.ServiceStatus, at: float | None = None, target: str | None = None) -> RenderableType:
+    """The header line, the table and the member lines (or, with no members, a header that
+    says how to start one, ``fw run target``, and the broker's committed offsets and lag);
+    ``at`` (a time) ends the header with ``at HH:MM:SS``."""
     info = st.view.info
     when = f"  at {time.strftime('%H:%M:%S', time.localtime(at))}" if at is not None else ""
     if not st.running:
+        start = (f"`fw run {target}`" if target is not None
+                 else f"`fw run MODULE:PIPELINE`, the pipeline named {st.service}")
         head = (f"service {st.service} is not running: group {info.group} ({info.state}) has no members; "
-                f"committed lag {st.lag}{when}")
+                f"committed lag {st.lag}; start one with {start}{when}")
         return Group(Text(head), _table(["topic", "partition", "committed", "end", "lag"],
                                         offset_cells(st)))
     head = (f"service {st.service}  group {info.state}  members {len(st.members)}  "

@@ -122,13 +122,21 @@ class Cluster:
         return out
 
     def partitions(self, topic: str) -> list[int]:
-        """The partitions of ``topic``; a ``ConfigError`` with close matches when it does not exist."""
-        md = self.admin.list_topics(timeout=self.timeout_s)
-        info = md.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
+        """The partitions of ``topic``; a ``RuntimeProblem`` with close matches among every
+        topic of the cluster when it does not exist."""
+        found = self.topic_partitions(topic)
+        if found is None:
+            md = self.admin.list_topics(timeout=self.timeout_s)
             hint = close_matches(topic, [t for t in md.topics if not t.startswith(_INTERNAL_PREFIX)])
             raise RuntimeProblem(f"topic {topic!r} does not exist on {self.bootstrap}: {hint} (fw topics list "
                               "shows them; FW_BOOTSTRAP_SERVERS names the cluster)")
+        return found
+
+    def topic_partitions(self, topic: str) -> list[int] | None:
+        """The partitions of ``topic``, None when it does not exist."""
+        info = self.admin.list_topics(timeout=self.timeout_s).topics.get(topic)  # all: asking for one may create it
+        if info is None or info.error is not None or not info.partitions:
+            return None
         return sorted(info.partitions)
 
     def offsets(self, topic: str) -> dict[int, tuple[int, int]]:

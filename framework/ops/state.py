@@ -32,7 +32,6 @@ from urllib.parse import quote, urlencode
 from framework.engine.entries import Entry, KeyFilter, Readable, StoreLayout, key_pairs, state_pairs
 from framework.engine.runner import StoreRestore, TaskRunner
 from framework.errors import (
-    ConfigError,
     EnvironmentProblem,
     KafkaClientError,
     RuntimeProblem,
@@ -146,14 +145,14 @@ def _add_changelog_partitions(reader: StoreReader, pipeline: Pipeline, store: st
         reader.notes.append(f"local copies only, not checked against the changelog: {exc}")
         return
     try:
-        try:
-            partitions = cluster.partitions(topic)
-        except ConfigError:
-            raise RuntimeProblem(f"no local copy of store {store!r} under {root} and no changelog topic {topic!r} on "
-                              f"{cluster.bootstrap}: the service has not run there yet (or FW_STATE_DIR / "
-                              "FW_BOOTSTRAP_SERVERS name another place)") from None
+        found = cluster.topic_partitions(topic)
     finally:
         cluster.close()
+    if found is None:  # no suggestion: the near names on the cluster are other services' changelogs
+        raise RuntimeProblem(f"no local copy of store {store!r} under {root} and no changelog topic {topic!r} on "
+                             f"{cluster.bootstrap}: service {pipeline.name!r} has not run there yet; start it "
+                             f"(fw run), or name the place it ran with FW_STATE_DIR / FW_BOOTSTRAP_SERVERS")
+    partitions = found
     _note_stale(reader, settings, topic)
     missing = [p for p in partitions if p not in reader.partitions]
     if missing:

@@ -1,5 +1,6 @@
-"""What an operations command works on: the service a ``module:pipeline`` target names, the
-settings that reach its cluster, and decoded values made printable.
+"""What an operations command works on: the service a ``module:pipeline`` target names (or a
+service name, where a project's layout says which pipeline it is), the settings that reach
+its cluster, and decoded values made printable.
 
 ``load_service`` turns every way a target can be wrong (no such module, no such attribute,
 not a pipeline) into one ``ConfigError`` line that names close matches among the packages
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.config import Config
+from framework.errors import ConfigError
 from framework.kafka.logs import CLIENT_LOG
 from framework.pipeline.definition import Pipeline, Topic
 
@@ -33,6 +35,28 @@ def load_service(target: str) -> Pipeline:
     from framework.pipeline.loading import load_pipeline
 
     return load_pipeline(target)
+
+
+def service_pipeline(service: str, command: str) -> Pipeline:
+    """The pipeline of ``service``, for a command that needs its definition (its stores,
+    topics and serdes): a ``module:pipeline`` target, or the service's name as ``fw status``
+    takes it (its consumer-group id) when ``services/<package>/pipeline.py`` below the current
+    directory defines that service as ``pipeline`` (the layout ``fw new service`` writes;
+    ``<package>`` is the name with ``-`` as ``_``). Anything else is one ``ConfigError`` line
+    that says which form to give."""
+    if is_target(service):
+        return load_service(service)
+    package = service.replace("-", "_")
+    target = f"services.{package}.pipeline:pipeline"
+    if (Path("services") / package / "pipeline.py").is_file():
+        pipeline = load_service(target)
+        if pipeline.name == service:
+            return pipeline
+        found = f"{target} here is service {pipeline.name!r}"
+    else:
+        found = f"there is no services/{package}/pipeline.py here"
+    raise ConfigError(f"fw {command} needs the pipeline's code for its stores, topics and serdes, and {found}: "
+                      f"give SERVICE as module:pipeline (e.g. {target}), or run it from the project's root")
 
 
 def user_topics(pipeline: Pipeline) -> dict[str, Topic]:

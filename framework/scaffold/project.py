@@ -18,7 +18,7 @@ import framework
 from framework.errors import ConfigError
 from framework.scaffold.names import project_name, service_names
 from framework.scaffold.render import FileSet, render_tree
-from framework.scaffold.service import COMPOSE, PROMETHEUS, Result, service_files
+from framework.scaffold.service import COMPOSE, PROMETHEUS, TEMPLATES, Result, service_files
 
 DISTRIBUTION = "kstreamflow"
 DEFAULT_SERVICE = "spend"
@@ -75,7 +75,7 @@ def new_project(directory: Path, *, service: str = DEFAULT_SERVICE, framework: s
     names = service_names(service)
     spec = framework or framework_spec()
     context = {"project": project_name(root.name), "framework_spec": spec, "package": names.package,
-               "service": names.service, "target": names.target}
+               "service": names.service, "target": names.target, "templates": TEMPLATES}
     files = FileSet(root)
     for rel, text in render_tree("project", context).items():
         rel = _RENAMED.get(rel, rel)

@@ -23,7 +23,29 @@ from framework.scaffold import compose, prometheus
 from framework.scaffold.names import ServiceNames, service_names
 from framework.scaffold.render import Changes, FileSet, render_tree
 
-TEMPLATES = ("stateless", "keyed", "windowed", "join", "process", "enrich", "lookup")
+TEMPLATE_SUMMARIES: dict[str, str] = {
+    "stateless": "filter/map",
+    "keyed": "key_by + rolling aggregate",
+    "windowed": "event-time tumbling window",
+    "join": "two-stream interval join",
+    "process": "state and a timer",
+    "enrich": "a stream joined with a table as of event time",
+    "lookup": "an async call to an HTTP service per record",
+}
+"""Each template of ``fw new service --template`` and what it shows, in one phrase: the one
+list that the CLI help and the generated project's README are made from."""
+TEMPLATES = tuple(TEMPLATE_SUMMARIES)
+FIRST_RUN: dict[str, tuple[str, ...]] = {
+    "enrich": (
+        "First run: {service}-enriched stays empty until the customers' watermark passes each order's time.",
+        "To see output, send a later customer update (timestamp more than BOUND_MS past the orders)",
+        "to every partition of {service}-customers, or give the customers' table an idle_timeout_ms",
+        "(its WatermarkStrategy in services/{package}/pipeline.py; the framework's docs/tables.md):",
+        "a partition without updates that long stops holding orders back, and a later order releases them.",
+    ),
+}
+"""What a template's first run shows that surprises, and how to see output: lines that
+``fw new service`` prints after its next steps (``{service}`` and ``{package}`` filled in)."""
 DEFAULT_TEMPLATE = "keyed"
 COMPOSE = "docker-compose.yml"
 PROMETHEUS = prometheus.PROMETHEUS

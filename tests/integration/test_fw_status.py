@@ -5,7 +5,8 @@ partitions, a repartition topic); each serves its status endpoint on a free port
 advertises it in its client.id. Once every record is processed, ``fw status --json`` shows
 both members answering, their assignments together covering every input partition once,
 and no lag; the table shows both instances and every partition, and a member stopped with
-SIGSTOP is listed as not answering, without a traceback.
+SIGSTOP is listed as not answering, without a traceback. Once the service stops, ``fw status``
+still prints the committed offsets, says in its first line how to start a member, and exits 1.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def _fw_process(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[
 
 def _status(env: dict[str, str], service: str) -> dict[str, Any]:
     code, output = _fw(env, "status", service, "--json")
-    assert code == 0, output
     document: dict[str, Any] = json.loads(output)
+    assert code == (0 if document["members"] else 1), output  # 1: no member runs (yet)
     return document
 
 
@@ -103,7 +104,7 @@ def test_fw_status_of_a_two_process_service(kafka_bootstrap: str, unique: str, t
     assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1, unknown.stderr
     assert unknown.stderr.startswith(f"error: consumer group {group!r} is unknown"), unknown.stderr
     code, output = _fw(env, "status", TARGET)
-    assert code == 0 and output.startswith(f"service {group} is not running"), output
+    assert code == 1 and output.startswith(f"service {group} is not running"), output
 
     svc = ServiceProcess(TARGET, tmp_path, "pair", env, args=["--processes", "2"]).start()
     services.append(svc)
@@ -166,3 +167,37 @@ def test_fw_status_of_a_two_process_service(kafka_bootstrap: str, unique: str, t
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_fw_status_of_a_stopped_service_exits_1_and_says_how_to_start_it(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    env = {**service_env(kafka_bootstrap, unique), "FW_OBSERVE__PORT": "0"}
+    group, source = f"eo-{unique}", f"numbers-{unique}"
+    code, output = _fw(env, "topics", "create", source, "--partitions", "4")
+    assert code == 0, output
+    svc = ServiceProcess(TARGET, tmp_path, "one", env).start()
+    services.append(svc)
+    produce(kafka_bootstrap, source, ((f"k{n % 7}".encode(), str(n).encode()) for n in range(RECORDS)))
+    seen: list[dict[str, Any]] = []
+
+    def processed() -> bool:  # every input record's offset committed by the running member
+        seen.append(_status(env, TARGET))
+        return bool(seen[-1]["members"]) and all(
+            r["lag"] == 0 for r in seen[-1]["lag"]["partitions"] if r["topic"] == source)
+
+    wait_until(processed, 180, "the service to commit every input record",
+               lambda: json.dumps(seen[-1:], indent=1) + "\n" + svc.log_text()[-4000:])
+    assert svc.stop() == 0, svc.log_text()[-4000:]  # its member leaves the group as it closes
+
+    for service, start in ((TARGET, f"`fw run {TARGET}`"),
+                           (group, f"`fw run MODULE:PIPELINE`, the pipeline named {group}")):
+        run = _fw_process(env, "status", service)
+        assert run.returncode == 1 and run.stderr == "", run.stderr
+        head, *rest = run.stdout.splitlines()
+        assert head.startswith(f"service {group} is not running: group {group} (Empty) has no members; "
+                               f"committed lag "), run.stdout
+        assert head.endswith(f"; start one with {start}"), run.stdout
+        assert rest[0].split() == ["topic", "partition", "committed", "end", "lag"], run.stdout
+        assert {line.split()[0] for line in rest[1:]} >= {source}, run.stdout
+    as_json = _fw_process(env, "status", TARGET, "--json")
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)["members"] == [], as_json.stdout

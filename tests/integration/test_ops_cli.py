@@ -299,3 +299,19 @@ def test_topics_delete_refuses_a_running_services_topics_unless_forced(kafka_boo
     forced = fw_json(env, "topics", "delete", source, spare, "--force", "--dry-run")
     assert forced["topics"] == sorted([source, spare]) and list(forced["in_use"]) == [source]
     assert fw(env, "topics", "delete", spare).exit_code == 0 and spare not in _topics(env)
+
+
+def test_state_of_a_service_that_never_ran_names_no_other_services_topics(kafka_bootstrap: str, unique: str,
+                                                                           tmp_path: Path) -> None:
+    # another service whose changelog is the nearest name on the cluster to this one's
+    other = service_env(kafka_bootstrap, f"{unique}x")
+    created = fw(other, "topics", "create", f"eo-{unique}x-sums-changelog", "--partitions", "2")
+    assert created.exit_code == 0, created.output
+    env = {**service_env(kafka_bootstrap, unique), "FW_STATE_DIR": str(tmp_path)}
+    for args in (["get", TARGET, "sums", "even"], ["scan", TARGET, "sums"]):
+        asked = fw_process(env, "state", *args)
+        assert asked.returncode == 1 and asked.stdout == "", asked.stdout
+        assert asked.stderr == (
+            f"error: no local copy of store 'sums' under {tmp_path.resolve()}/eo-{unique}/sums and no changelog "
+            f"topic 'eo-{unique}-sums-changelog' on {kafka_bootstrap}: service 'eo-{unique}' has not run there "
+            "yet; start it (fw run), or name the place it ran with FW_STATE_DIR / FW_BOOTSTRAP_SERVERS\n")

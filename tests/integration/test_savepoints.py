@@ -10,7 +10,10 @@ while a member runs."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -30,6 +33,7 @@ from framework.savepoint.files import PART
 from framework.serde.keys import KeySerde
 from framework.serde.values import ValueCodec
 from tests.integration.harness import (
+    ROOT,
     Record,
     ServiceProcess,
     committed_offsets,
@@ -240,6 +244,33 @@ def test_a_changed_pipeline_restores_a_new_step_empty_and_a_dropped_one_only_whe
     assert {k: v[0] for k, v in counts.items()} == {b"u0": 1, b"u1": 1, b"u2": 1, b"u3": 1}  # started empty
     totals = _per_key(_after(out.totals(), marks))
     assert {k: v[0][0] for k, v in totals.items()} == {b"u0": 12, b"u1": 12, b"u2": 12, b"u3": 12}  # 11 in A
+
+
+def test_a_savepoint_is_made_of_the_service_by_name_as_fw_status_names_it_in_a_project(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    env, svc = _setup(kafka_bootstrap, unique, tmp_path, "s")
+    services.append(svc)
+    service, out = f"sp-{unique}", Outputs(kafka_bootstrap, unique)
+    _produce(kafka_bootstrap, f"sp-in-{unique}", A)
+    _run(svc, lambda: len(out.totals()) == len(A), "the totals of A")
+    # a project whose services/<package>/pipeline.py defines the service, as `fw new service` lays it out
+    project = tmp_path / "project"
+    (project / "services" / f"sp_{unique}").mkdir(parents=True)
+    (project / "services" / "__init__.py").write_text("")
+    (project / "services" / f"sp_{unique}" / "__init__.py").write_text("")
+    (project / "services" / f"sp_{unique}" / "pipeline.py").write_text(
+        "from tests.integration.pipelines import savepointed_v1 as pipeline\n")
+    by_target = fw_json(env, "savepoint", "create", V1, "--path", str(tmp_path / "by-target"))
+    made = subprocess.run([sys.executable, "-c", "from framework.cli import main; main()", "savepoint", "create",
+                           service, "--path", str(tmp_path / "by-name"), "--json"],
+                          env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, cwd=project, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert made.returncode == 0, made.stderr
+    by_name = json.loads(made.stdout)
+    assert (by_name["service"], by_name["stores"], by_name["pipeline_hash"]) == (
+        service, by_target["stores"], by_target["pipeline_hash"])
+    assert pq.read_table(tmp_path / "by-name" / "stores" / "totals").sort_by("key").equals(
+        pq.read_table(tmp_path / "by-target" / "stores" / "totals").sort_by("key"))
 
 
 def test_a_savepoint_of_the_running_service_holds_its_members_at_one_checkpoint_and_a_rollback_to_it_is_exact(

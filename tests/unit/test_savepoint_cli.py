@@ -74,4 +74,6 @@ def test_a_savepoint_into_a_directory_not_empty_is_a_refusal_and_a_wrong_argumen
     code, err = _fw(monkeypatch, capsys, "savepoint", "restore", TARGET)
     assert code == 2 and err.startswith("error: Missing argument 'PATH'"), err
     code, err = _fw(monkeypatch, capsys, "savepoint", "restore", "shop", str(tmp_path))
-    assert code == 2 and err.startswith("error: fw savepoint restore needs the service as module:pipeline"), err
+    assert (code, err) == (2, ("error: fw savepoint restore needs the pipeline's code for its stores, topics and "
+                              "serdes, and there is no services/shop/pipeline.py here: give SERVICE as module:pipeline "
+                              "(e.g. services.shop.pipeline:pipeline), or run it from the project's root\n")), err

@@ -5,6 +5,7 @@ The generated code's own tests, on a real broker, are in tests/integration/test_
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from framework import WatermarkStrategy
 from framework.errors import ConfigError
 from framework.scaffold import TEMPLATES, compose, framework_spec, new_service, prometheus
 from framework.scaffold.names import service_names
@@ -343,3 +345,35 @@ def test_a_new_project_deploys_like_this_repository(tmp_path: Path) -> None:
     assert prometheus.targets_of((target / PROMETHEUS).read_text()) == ["alerts:9400", "spend:9400"]
     services = list(yaml.safe_load((target / "docker-compose.yml").read_text())["services"])
     assert services == ["kafka", "prometheus", "alerts", "spend"]
+
+
+def test_every_place_that_lists_the_templates_lists_them_all(tmp_path: Path) -> None:
+    helped = _fw(tmp_path, "new", "service", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert all(f"{t}:" in helped.stdout for t in TEMPLATES), helped.stdout
+    made = _fw(tmp_path, "new", "project", "shop", "--framework", "kstreamflow @ file:///opt/kstreamflow")
+    assert made.returncode == 0, made.stderr
+    assert f"--template {'|'.join(TEMPLATES)}" in (tmp_path / "shop/README.md").read_text()
+    for doc in ("docs/tutorial.md", "docs/scaffolding.md"):
+        text = (ROOT / doc).read_text()
+        missing = [t for t in TEMPLATES if f"`{t}`" not in text and f"--template {t}`" not in text]
+        assert not missing, f"{doc} does not list {missing}"
+
+
+def test_the_enrich_template_says_its_first_run_shows_nothing_until_the_table_moves_and_how_to_see_output(
+        tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    made = _fw(root, "new", "service", "shop", "--template", "enrich")
+    assert made.returncode == 0, made.stderr
+    said = " ".join(made.stdout.split())
+    assert ("First run: shop-enriched stays empty until the customers' watermark passes each order's time. "
+            "To see output, send a later customer update") in said, made.stdout
+    assert "to every partition of shop-customers, or give the customers' table an idle_timeout_ms" in said
+    assert "services/shop/pipeline.py" in said
+    pipeline = " ".join((root / "services/shop/pipeline.py").read_text().split())
+    assert "stays empty until the customers' watermark passes the orders' times" in pipeline
+    # the knob named is the one the pipeline's watermark strategy takes
+    assert "idle_timeout_ms" in inspect.signature(WatermarkStrategy.bounded_out_of_orderness).parameters
+    assert "idle_timeout_ms" in (ROOT / "docs/tables.md").read_text()
+    keyed = _fw(root, "new", "service", "totals", "--template", "keyed")
+    assert keyed.returncode == 0 and "First run" not in keyed.stdout, keyed.stdout

@@ -218,7 +218,11 @@ def test_a_service_without_members_is_not_running_and_shows_committed_offsets() 
                                   [SOURCE, "0", "12", "12", "0"], [SOURCE, "1", "7", "12", "5"]]
     text = _text(C.render(st))
     assert text.startswith(f"service {SERVICE} is not running: group {SERVICE} (Empty) has no members; "
-                           "committed lag 17\n")
+                           "committed lag 17; start one with `fw run MODULE:PIPELINE`, the pipeline named "
+                           f"{SERVICE}\n")
+    assert _text(C.render(st, target="svc.pipeline:pipeline")).startswith(
+        f"service {SERVICE} is not running: group {SERVICE} (Empty) has no members; "
+        "committed lag 17; start one with `fw run svc.pipeline:pipeline`\n")
 
 
 # -- the command ---------------------------------------------------------------------------
