@@ -127,13 +127,20 @@ def _setup(bootstrap: str, suffix: str, tmp_path: Path, instance: str) -> tuple[
     return env, ServiceProcess(V1, tmp_path, instance, env)
 
 
+def _ran_a(bootstrap: str, unique: str, tmp_path: Path,
+           services: list[ServiceProcess]) -> tuple[dict[str, str], ServiceProcess, str, Outputs]:
+    """The service (instance "s") started, and its totals of A all out."""
+    env, svc = _setup(bootstrap, unique, tmp_path, "s")
+    services.append(svc)
+    service, out = f"sp-{unique}", Outputs(bootstrap, unique)
+    _produce(bootstrap, f"sp-in-{unique}", A)
+    _run(svc, lambda: len(out.totals()) == len(A), "the totals of A")
+    return env, svc, service, out
+
+
 def test_a_restored_savepoint_continues_as_if_nothing_had_happened_after_it(
         kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
-    env, svc = _setup(kafka_bootstrap, unique, tmp_path, "s")
-    services.append(svc)
-    service, out = f"sp-{unique}", Outputs(kafka_bootstrap, unique)
-    _produce(kafka_bootstrap, f"sp-in-{unique}", A)
-    _run(svc, lambda: len(out.totals()) == len(A), "the totals of A")
+    env, svc, service, out = _ran_a(kafka_bootstrap, unique, tmp_path, services)
     _in_flight(kafka_bootstrap, service)
 
     made = fw_json({**env, "FW_STATE_DIR": str(svc.state_dir)}, "savepoint", "create", V1,
@@ -248,11 +255,7 @@ def test_a_changed_pipeline_restores_a_new_step_empty_and_a_dropped_one_only_whe
 
 def test_a_savepoint_is_made_of_the_service_by_name_as_fw_status_names_it_in_a_project(
         kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
-    env, svc = _setup(kafka_bootstrap, unique, tmp_path, "s")
-    services.append(svc)
-    service, out = f"sp-{unique}", Outputs(kafka_bootstrap, unique)
-    _produce(kafka_bootstrap, f"sp-in-{unique}", A)
-    _run(svc, lambda: len(out.totals()) == len(A), "the totals of A")
+    env, _, service, _ = _ran_a(kafka_bootstrap, unique, tmp_path, services)
     # a project whose services/<package>/pipeline.py defines the service, as `fw new service` lays it out
     project = tmp_path / "project"
     (project / "services" / f"sp_{unique}").mkdir(parents=True)
