@@ -631,7 +631,9 @@ class GroupConsumer:
 
     def consume(self, n: int, timeout_s: float) -> list[Message]:
         """Up to ``n`` records (and error events); a fatal error of the consumer is raised
-        (``FatalKafkaError`` naming the cause): a consumer in that state never recovers."""
+        (``FatalKafkaError`` naming the cause): a consumer in that state never recovers. A
+        static member fenced by its own rejoin is the exception: a new consumer joins in its
+        place (``_fenced_by_itself``), and nothing is returned this time."""
         msgs = self._c.consume(n, timeout_s)
         if self.connectivity.fatal is not None:
             if self._fenced_by_itself(self.connectivity.fatal):
