@@ -22,16 +22,22 @@ T = TypeVar("T")
 _CONTROLLER_ATTEMPT_S = 5.0
 
 
-def broker_answers(bootstrap: str, timeout_s: float = 2.0, extra: Mapping[str, str] | None = None) -> bool:
-    """True when a broker at ``bootstrap`` answers a metadata request within ``timeout_s``."""
+def _probe_admin(bootstrap: str, extra: Mapping[str, str] | None = None) -> AdminClient:
+    """A quiet admin client that gives up connecting after 1 s: for asking whether, and what,
+    a cluster answers."""
     conf: dict[str, Any] = {  # values of any type: a logger too
         "bootstrap.servers": bootstrap,
         "socket.connection.setup.timeout.ms": 1000,
         "logger": _PROBE_LOG,
     }
     conf.update(extra or {})
+    return AdminClient(conf)
+
+
+def broker_answers(bootstrap: str, timeout_s: float = 2.0, extra: Mapping[str, str] | None = None) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request within ``timeout_s``."""
     try:
-        md = AdminClient(conf).list_topics(timeout=timeout_s)
+        md = _probe_admin(bootstrap, extra).list_topics(timeout=timeout_s)
     except KafkaException:
         return False
     return bool(md.brokers)
@@ -40,11 +46,8 @@ def broker_answers(bootstrap: str, timeout_s: float = 2.0, extra: Mapping[str, s
 def under_replicated(bootstrap: str) -> tuple[tuple[str, ...], int]:
     """The partitions (``topic[partition]``) of the cluster at ``bootstrap`` with fewer in-sync
     replicas than replicas, and the brokers in its metadata; ``((), 0)`` when none answers."""
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000,
-                            "logger": _PROBE_LOG}
-    admin = AdminClient(conf)
     try:
-        md = admin.list_topics(timeout=5)
+        md = _probe_admin(bootstrap).list_topics(timeout=5)
     except KafkaException:
         return (), 0
     under = [f"{t}[{p}]" for t, tm in md.topics.items() for p, pm in tm.partitions.items()
@@ -118,6 +121,9 @@ class InternalTopics:
         if self.min_insync_replicas > 0:
             config = {"min.insync.replicas": str(self.min_insync_replicas), **config}
         return TopicSpec(name, partitions, config, self.replication_factor)
+
+
+CLUSTER_DEFAULTS = InternalTopics()  # a service's own topics as the cluster's defaults replicate them
 
 
 def topic_partitions(admin: AdminClient, names: Iterable[str] | None, timeout_s: float = 10.0) -> dict[str, int]:

@@ -636,11 +636,18 @@ class GroupConsumer:
         place (``_fenced_by_itself``), and nothing is returned this time."""
         msgs = self._c.consume(n, timeout_s)
         if self.connectivity.fatal is not None:
-            if self._fenced_by_itself(self.connectivity.fatal):
-                self._rejoin(self.connectivity.fatal)
+            if self._rejoined(self.connectivity.fatal):
                 return []
             raise self.fatal_error(self.connectivity.fatal)
         return msgs
+
+    def _rejoined(self, err: KafkaError) -> bool:
+        """Whether fatal ``err`` was a fence by the member's own rejoin, now replaced by a new
+        consumer (``_rejoin``)."""
+        if not self._fenced_by_itself(err):
+            return False
+        self._rejoin(err)
+        return True
 
     def _fenced_by_itself(self, err: KafkaError) -> bool:
         """Whether fatal ``err`` is a static member fenced by its own rejoin: its session timed
@@ -682,8 +689,7 @@ class GroupConsumer:
         loss of the brokers goes to the debug log (the service's recovery reports an outage
         once), anything else is logged."""
         if err.fatal() or err.code() == KafkaError._FATAL:
-            if self._fenced_by_itself(err):
-                self._rejoin(err)
+            if self._rejoined(err):
                 return
             raise self.fatal_error(err)
         if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):

@@ -33,7 +33,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from framework.errors import ConfigError
-from framework.kafka.admin import InternalTopics, admin_client, ensure_topics, topic_partitions
+from framework.kafka.admin import (
+    CLUSTER_DEFAULTS,
+    InternalTopics,
+    admin_client,
+    ensure_topics,
+    topic_partitions,
+)
 from framework.kafka.groups import delete_group
 from framework.kafka.inspect import Cluster
 from framework.kafka.io import delete_topics, produce_values, read_committed
@@ -169,11 +175,8 @@ def read_ledger(settings: Mapping[str, Any], service: str) -> list[Backfill]:
     return [Backfill.from_json(v) for v in latest.values() if v is not None]
 
 
-_CLUSTER_DEFAULTS = InternalTopics()
-
-
 def record(settings: Mapping[str, Any], service: str, backfill: Backfill,
-           internal: InternalTopics = _CLUSTER_DEFAULTS) -> None:
+           internal: InternalTopics = CLUSTER_DEFAULTS) -> None:
     """Write ``backfill`` as the ledger's record of it (the ledger is created when missing,
     replicated as ``internal`` says)."""
     topic = ledger_topic(service)

@@ -13,6 +13,7 @@ from framework.config import KafkaConfig
 from framework.errors import PipelineError, RuntimeProblem
 from framework.kafka.acl import Grant
 from framework.kafka.admin import (
+    CLUSTER_DEFAULTS,
     InternalTopics,
     TopicLimits,
     TopicSpec,
@@ -27,9 +28,6 @@ from framework.pipeline.definition import Pipeline
 from framework.pipeline.internal import known_services, stale_stores
 
 log = logging.getLogger("framework.runtime")
-
-
-CLUSTER_DEFAULTS = InternalTopics()  # the service's topics as the cluster's defaults replicate them
 
 
 def internal_topics(kafka: KafkaConfig) -> InternalTopics:
