@@ -241,7 +241,10 @@ class TaskRunner:
             self.in_hand = None
             self.records += n
         if cut is not None:
-            rest = records[records.index(cut) + 1:]
+            # found by identity: ``records.index`` compares records with ``==``, and a
+            # confluent-kafka Message compares by copying both, headers decoded: a header name
+            # that is not UTF-8 leaves its error pending there, to surface later anywhere
+            rest = records[next(i for i, r in enumerate(records) if r is cut) + 1:]
             place = held.get((cut.topic(), cut.partition())) if one_partition else None
             if place is not None:
                 place.extend(rest)  # its partition's: behind the ones it holds already
