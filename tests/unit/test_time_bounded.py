@@ -129,6 +129,7 @@ def test_the_cut_finds_its_place_without_comparing_records(clock: Clock) -> None
     batch = [Uncomparable(r.topic(), r.partition(), r.offset(), r.key(), r.value(), r.timestamp()[1])
              for r in records(0, range(10))]
     assert runner.process(batch, until=0.1) == 3
+    assert outputs(sent) == [0, 1, 2]
     assert [m.offset() for m in runner.held[("in", 0)]] == list(range(3, 10))
 
 
