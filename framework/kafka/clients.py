@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -79,6 +79,36 @@ def retry_while_not_ready(call: Callable[[float], Any], timeout_s: float, what: 
             log.info("%s not ready (%s): asking again", what, err.str())
             time.sleep(backoff)  # the broker is electing a leader: back off, then ask again
             backoff = min(backoff * 2, 1.0)
+
+
+# librdkafka answers a watermark question from the partition leaders its metadata cache
+# names; a leader of -1, or a node that left the broker list (one just SIGKILLed), is a
+# "permanent" answer there (_UNKNOWN_PARTITION at once, no metadata asked again), and the
+# cache keeps it until the next periodic refresh, minutes later. Seen on a three-node
+# cluster: a restore asked for 180 s and got that answer every time.
+_LEADER_UNKNOWN = (KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                   KafkaError.NOT_LEADER_FOR_PARTITION)
+
+
+def watermarks(client: Any, tp: TopicPartition, timeout_s: float, what: str, *, fresh: bool = False) -> tuple[int, int]:
+    """``client.get_watermark_offsets(tp)`` (a Consumer's: first and next offset, the next
+    as the client's isolation level sees it), asked again while the leader is not known;
+    the topic's metadata is asked for afresh before each new try, so that a leader that
+    moved is found. ``fresh``: never the cached answer."""
+    def ask(left: float) -> tuple[int, int]:
+        try:
+            got = client.get_watermark_offsets(tp, timeout=left, cached=False) if fresh else \
+                client.get_watermark_offsets(tp, timeout=left)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is not None and err.code() in _LEADER_UNKNOWN:
+                try:
+                    client.list_topics(tp.topic, timeout=min(left, _GONE_ASK_TIMEOUT_S))  # updates the cache
+                except KafkaException:
+                    pass  # the retry below says what is wrong
+            raise
+        return cast(tuple[int, int], got)
+    return cast(tuple[int, int], retry_while_not_ready(ask, timeout_s, what))
 
 
 def each_answered(found: list[TopicPartition]) -> list[TopicPartition]:
@@ -972,9 +1002,7 @@ class ChangelogReader:
         """The changelog partition's first and next offsets. A topic created moments ago may
         have no leader yet (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, unknown
         partition): ask again until ``timeout_s`` has passed, then raise what the broker said."""
-        return retry_while_not_ready(
-            lambda remaining: self._c.get_watermark_offsets(TopicPartition(*tp), timeout=remaining),
-            timeout_s, f"changelog {tp[0]}[{tp[1]}]")
+        return watermarks(self._c, TopicPartition(*tp), timeout_s, f"changelog {tp[0]}[{tp[1]}]")
 
     def read(self, n: int, timeout_s: float) -> list[tuple[TP, int, bytes | None, bytes | None, int] | tuple[TP, None]]:
         """Records as ``(tp, offset, key, value, timestamp)``; end-of-partition as ``(tp, None)``."""
@@ -1017,9 +1045,7 @@ class ChangelogReader:
         if self._log_end is None:
             self._log_end = Consumer({**self._conf, "isolation.level": "read_uncommitted"})
         end = self._log_end
-        return int(retry_while_not_ready(
-            lambda remaining: end.get_watermark_offsets(TopicPartition(*tp), timeout=remaining, cached=False),
-            timeout_s, f"changelog {tp[0]}[{tp[1]}]")[1])
+        return watermarks(end, TopicPartition(*tp), timeout_s, f"changelog {tp[0]}[{tp[1]}]", fresh=True)[1]
 
     def close(self) -> None:
         self._c.close()
@@ -1158,9 +1184,7 @@ class GlobalReader:
         """Read each partition to its read_committed end as of now, handing the records to
         ``apply`` in batches; returns how many were read."""
         def end_of(tp: TP) -> int:
-            return retry_while_not_ready(
-                lambda remaining: self._c.get_watermark_offsets(TopicPartition(*tp), timeout=remaining),
-                timeout_s, f"global table {tp[0]}[{tp[1]}]")[1]
+            return watermarks(self._c, TopicPartition(*tp), timeout_s, f"global table {tp[0]}[{tp[1]}]")[1]
 
         # keyed as the messages name their partition
         ends: dict[tuple[str | None, int | None], int] = {tp: end_of(tp) for tp in tps}

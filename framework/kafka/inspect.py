@@ -27,7 +27,7 @@ from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic, Resour
 
 from framework.errors import KafkaClientError, RuntimeProblem
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, group_ids
-from framework.kafka.clients import retry_while_not_ready
+from framework.kafka.clients import watermarks
 from framework.kafka.connect import probe
 from framework.kafka.logs import CLIENT_LOG
 
@@ -145,9 +145,7 @@ class Cluster:
 
         def bounds(p: int) -> tuple[int, int]:
             # a partition created a moment ago may have no leader yet: asked again until it has
-            return cast(tuple[int, int], retry_while_not_ready(
-                lambda left: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=left),
-                self.timeout_s, f"{topic}[{p}]"))
+            return watermarks(consumer, TopicPartition(topic, p), self.timeout_s, f"{topic}[{p}]")
 
         return {p: bounds(p) for p in self.partitions(topic)}
 

@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from framework.errors import ConfigError, EnvironmentProblem, RuntimeProblem
-from framework.kafka.clients import each_answered, retry_while_not_ready
+from framework.kafka.clients import each_answered, retry_while_not_ready, watermarks
 from framework.kafka.logs import CLIENT_LOG
 
 Ranges = dict[str, dict[int, list[int]]]  # topic -> partition -> [start, end)
@@ -55,8 +55,7 @@ class _Log:
         return retry_while_not_ready(call, self.timeout_s, what)
 
     def _bounds(self, tp: TopicPartition) -> tuple[int, int]:
-        return self._ask(lambda left: self.consumer.get_watermark_offsets(tp, timeout=left),
-                         f"{tp.topic}[{tp.partition}]")
+        return watermarks(self.consumer, tp, self.timeout_s, f"{tp.topic}[{tp.partition}]")
 
     def committed(self) -> dict[tuple[str, int], int]:
         reader = Consumer({"logger": CLIENT_LOG, **self.settings, "group.id": self.group, "enable.auto.commit": False})
