@@ -135,7 +135,8 @@ def topic_partitions(admin: AdminClient, names: Iterable[str] | None, timeout_s:
 
 def group_ids(admin: AdminClient, timeout_s: float = 10.0) -> list[str]:
     """Every consumer group the cluster knows, by id."""
-    listing = admin.list_consumer_groups(request_timeout=timeout_s).result()
+    # bounded here too: librdkafka has been seen not to answer a listing for minutes
+    listing = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout=timeout_s + 5)
     return sorted(g.group_id for g in listing.valid)
 
 

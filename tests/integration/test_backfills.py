@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from framework.kafka.admin import group_ids
 from framework.replay.plan import output_topics
 from tests.integration.harness import ROOT, read_topics, wait_until
 from tests.integration.replay_harness import fw_replay, parquet_outputs
@@ -55,8 +56,8 @@ def _outputs(bootstrap: str, topics: list[str]) -> dict[str, Counter[tuple[bytes
 
 
 def _groups(bootstrap: str, prefix: str) -> list[str]:
-    listing = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups(request_timeout=10).result()
-    return sorted(g.group_id for g in listing.valid if g.group_id.startswith(prefix))
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive while its future is open
+    return [g for g in group_ids(admin) if g.startswith(prefix)]
 
 
 def test_a_backfill_to_topics_killed_and_run_again_writes_each_output_once(
