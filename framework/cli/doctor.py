@@ -15,13 +15,15 @@ from framework.cli import output as out
 from framework.cli.ops import _common
 from framework.kafka.probe import CLOCK_TOPIC
 from framework.ops import doctor as D
+from framework.ops.targets import service_pipeline
 
 
 @click.command()
+@click.argument("service", required=False)
 @click.option("--skip-clock", is_flag=True,
               help=f"Do not compare the clocks: the comparison writes three small records to {CLOCK_TOPIC}.")
 @_common
-def doctor(skip_clock: bool, as_json: bool, config_file: str | None) -> None:
+def doctor(service: str | None, skip_clock: bool, as_json: bool, config_file: str | None) -> None:
     """Check this machine and the configured cluster: Python and the framework's version,
     Java 17+, Maven, the local broker's jars, the cluster (reachable, brokers and
     controller, settings transactions need), the broker's clock, the schema registry if one
@@ -36,9 +38,14 @@ def doctor(skip_clock: bool, as_json: bool, config_file: str | None) -> None:
     use with LogAppendTime and 10 minutes' retention): Kafka has no other way to tell a
     client the broker's time. The skew is the broker's append time minus the midpoint of
     the local send and acknowledgement times; warning above 1 s, failure above 30 s.
+
+    With SERVICE (module:pipeline, or a service's name in its project's root) also how the
+    cluster keeps each of its topics: replication factor and min.insync.replicas, with a
+    warning when a cluster of two brokers or more keeps one on a single node.
     """
+    pipeline = service_pipeline(service, "doctor") if service else None
     config_check, config = D.load_config(Path(config_file) if config_file else None)
-    todo = D.steps(config, clock=not skip_clock)
+    todo = D.steps(config, clock=not skip_clock, service=pipeline)
     if as_json:
         checks = [config_check, *D.run(todo)]
         out.emit_json(checks)

@@ -104,6 +104,42 @@ def _transaction_settings(admin: AdminClient, broker: str, deadline: Deadline) -
     return found, f"broker {broker} does not report {', '.join(missing)}" if missing else None
 
 
+@dataclass(frozen=True)
+class TopicReplication:
+    """How one topic is kept: its partitions, the fewest replicas any partition has, and
+    the ``min.insync.replicas`` it takes (its own or the cluster's); None: not readable."""
+
+    partitions: int
+    replicas: int
+    min_insync: int | None
+
+
+def topic_replication(settings: Mapping[str, Any], topics: list[str],
+                      deadline: Deadline) -> dict[str, TopicReplication | None]:
+    """Each of ``topics`` as the cluster keeps it; None for one that does not exist (yet)."""
+    admin = _admin(settings)
+    try:
+        listed = admin.list_topics(timeout=deadline.left(5.0)).topics
+    except KafkaException as exc:
+        raise KafkaClientError(_reason(exc)) from None
+    found = {t: listed[t] for t in topics if t in listed and listed[t].error is None and listed[t].partitions}
+    resources = {t: ConfigResource(ResourceType.TOPIC, t) for t in found}
+    futures = admin.describe_configs(list(resources.values()), request_timeout=deadline.left(5.0)) if resources else {}
+    out: dict[str, TopicReplication | None] = {}
+    for topic in topics:
+        info = found.get(topic)
+        if info is None:
+            out[topic] = None
+            continue
+        try:
+            entry = futures[resources[topic]].result(timeout=deadline.left(5.0)).get("min.insync.replicas")
+            isr = int(entry.value) if entry is not None and entry.value is not None else None
+        except (KafkaException, TimeoutError):
+            isr = None  # not authorized to read it, or no answer in time: the report says unknown
+        out[topic] = TopicReplication(len(info.partitions), min(len(p.replicas) for p in info.partitions.values()), isr)
+    return out
+
+
 def clock_samples(settings: Mapping[str, Any], deadline: Deadline) -> list[ClockSample]:
     """Produce a few tiny records, one at a time, to ``CLOCK_TOPIC`` (created on first use)
     and return each one's send, append and acknowledgement times. Raises

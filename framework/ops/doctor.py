@@ -36,6 +36,7 @@ from framework.config import Config
 from framework.errors import FrameworkError
 from framework.home import fw_home
 from framework.kafka import probe
+from framework.pipeline.definition import Pipeline
 from framework.serde.registry import SchemaRegistryClient
 from framework.state.directory import unwritable, writable_fix
 
@@ -271,20 +272,75 @@ def check_registry() -> list[Check]:
 CLUSTER_NAMES = ("cluster", "broker", "transactions", "durability", "clock")
 
 
-def check_cluster(config: Config, clock: bool = True) -> list[Check]:
-    """Reachable; its brokers and controller; transactions possible; the broker's clock."""
+def cluster_names(service: Pipeline | None) -> tuple[str, ...]:
+    return (*CLUSTER_NAMES, "topics") if service is not None else CLUSTER_NAMES
+
+
+def check_cluster(config: Config, clock: bool = True, service: Pipeline | None = None) -> list[Check]:
+    """Reachable; its brokers and controller; transactions possible; the broker's clock; and
+    how the cluster keeps ``service``'s topics, when one is named."""
     settings = config.kafka.client_settings()
     deadline = probe.Deadline(CLUSTER_TIME_S)
     try:
         facts = probe.cluster_facts(settings, deadline)
     except FrameworkError as exc:
         return [_unreachable(settings, str(exc)),
-                *(Check(name, Status.SKIP, "skipped: the cluster is not reachable") for name in CLUSTER_NAMES[1:])]
+                *(Check(name, Status.SKIP, "skipped: the cluster is not reachable")
+                  for name in cluster_names(service)[1:])]
     protocol = settings.get("security.protocol", "plaintext").upper()
     clock_check = _clock(settings, deadline) if clock else Check("clock", Status.SKIP, "skipped (--skip-clock)")
-    return [Check("cluster", Status.OK, f"{settings['bootstrap.servers']} ({protocol}) answers: cluster "
-                                        f"{facts.cluster_id}"),
-            _brokers(facts), _transactions(facts), durability(facts, config.kafka.producer), clock_check]
+    checks = [Check("cluster", Status.OK, f"{settings['bootstrap.servers']} ({protocol}) answers: cluster "
+                                          f"{facts.cluster_id}"),
+              _brokers(facts), _transactions(facts), durability(facts, config.kafka.producer), clock_check]
+    if service is not None:
+        try:
+            kept = probe.topic_replication(settings, service_topics(service), deadline)
+        except FrameworkError as exc:
+            checks.append(Check("topics", Status.WARN, f"cannot describe the topics of {service.name}: {exc}",
+                                "grant Describe and DescribeConfigs on them to this principal"))
+        else:
+            checks.append(topic_durability(service.name, kept, len(facts.brokers)))
+    return checks
+
+
+def service_topics(pipeline: Pipeline) -> list[str]:
+    """Every topic ``pipeline`` reads or writes: sources, repartition topics, changelogs, dead
+    letters, sinks and global tables' topics, each once, in that order."""
+    names = [*(s.topic.name for s in pipeline.sources()), *pipeline.repartition_topics(),
+             *(pipeline.changelog_topic(s) for s in pipeline.changelogged_stores()), pipeline.dead_letter.name,
+             *(t.name for t in pipeline.sink_topics()), *(g.topic.name for g in pipeline.global_tables())]
+    return list(dict.fromkeys(names))
+
+
+def topic_durability(service: str, kept: Mapping[str, probe.TopicReplication | None], brokers: int) -> Check:
+    """The replication factor and ``min.insync.replicas`` of each of a service's topics
+    (None: not created yet); a warning when, on two brokers or more, one of them keeps a
+    write on one node only."""
+    present = {t: r for t, r in kept.items() if r is not None}
+    absent = [t for t, r in kept.items() if r is None]
+    shapes: dict[tuple[int, int | None], int] = {}
+    for r in present.values():
+        shapes[(r.replicas, r.min_insync)] = shapes.get((r.replicas, r.min_insync), 0) + 1
+    shown = ", ".join(f"{n} at RF {rf}/min ISR {'unknown' if isr is None else isr}"
+                      for (rf, isr), n in sorted(shapes.items()))
+    detail = f"{service}: {_count(len(present), 'topic')}" + (f" ({shown})" if shown else "")
+    if absent:
+        detail += f"; not created yet (its first run creates them): {', '.join(absent)}"
+    lax = []
+    if brokers >= 2:
+        for topic, r in present.items():
+            if r.replicas < 2:
+                lax.append(f"{topic} RF {r.replicas}")
+            elif r.min_insync is not None and r.min_insync < 2:
+                lax.append(f"{topic} min.insync.replicas={r.min_insync}")
+    if not lax:
+        return Check("topics", Status.OK, detail)
+    return Check("topics", Status.WARN, f"{detail}: on {_count(brokers, 'broker')} an acknowledged write can be lost "
+                                        f"with one node: {'; '.join(lax)}",
+                 "add replicas with Kafka's kafka-reassign-partitions.sh and set min.insync.replicas=2 with "
+                 "kafka-configs.sh --alter --entity-type topics --entity-name TOPIC --add-config "
+                 "min.insync.replicas=2 (a service's own topics are created with kafka.internal_replication_factor "
+                 "and kafka.internal_min_insync_replicas)")
 
 
 def _unreachable(settings: dict[str, str], reason: str) -> Check:
@@ -390,17 +446,17 @@ def load_config(config_file: Path | None) -> tuple[Check, Config | None]:
                                       f"state.dir {config.state.dir}, {config.processing.guarantee}"), config
 
 
-def steps(config: Config | None, clock: bool = True) -> list[Step]:
+def steps(config: Config | None, clock: bool = True, service: Pipeline | None = None) -> list[Step]:
     """Every check, in the order of the report; those that need a valid configuration are
-    skipped without one."""
+    skipped without one. ``service``: its topics are checked too."""
     out = [Step(("python",), check_python, 5.0), Step(("java",), check_java, 12.0),
            Step(("maven",), check_maven, 17.0),
            Step(("kafka jars",), lambda: check_kafka_jars(config.kafka.bootstrap_servers if config else None), 5.0)]
     if config is not None:
-        out.append(Step(CLUSTER_NAMES, lambda: check_cluster(config, clock), CLUSTER_TIME_S))
+        out.append(Step(cluster_names(service), lambda: check_cluster(config, clock, service), CLUSTER_TIME_S))
     else:
-        out.append(Step(CLUSTER_NAMES, lambda: [Check(n, Status.SKIP, "skipped: no valid configuration")
-                                                for n in CLUSTER_NAMES], 1.0))
+        out.append(Step(cluster_names(service), lambda: [Check(n, Status.SKIP, "skipped: no valid configuration")
+                                                         for n in cluster_names(service)], 1.0))
     out += [Step(("registry",), check_registry, 8.0), Step(("pyspark", "spark-kafka"), check_spark, 32.0)]
     if config is not None:
         out.append(Step(("disk",), lambda: check_disk(config.state.dir), 5.0))

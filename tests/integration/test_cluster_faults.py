@@ -221,6 +221,16 @@ def test_a_services_own_topics_take_the_cluster_defaults_or_the_internal_setting
         assert {t: _replication(bootstrap, t) for t in own} == dict.fromkeys(own, expected)
         assert {t: _replication(bootstrap, t) for t in users} == dict.fromkeys(users, ({3}, "2"))
 
+        # fw doctor SERVICE reports the same, and warns about the ones a write reaches one node of
+        checks = {c["name"]: c for c in json.loads(fw_doctor(bootstrap, TARGET, "--json", "--skip-clock").stdout)}
+        if expected == ({3}, "2"):
+            assert (checks["topics"]["status"], checks["topics"]["detail"]) == (
+                "ok", f"eo-{suffix}: 8 topics (8 at RF 3/min ISR 2)"), checks["topics"]
+        else:
+            assert checks["topics"]["status"] == "warn", checks["topics"]
+            assert checks["topics"]["detail"].endswith(
+                "; ".join(f"{t} min.insync.replicas=1" for t in own)), checks["topics"]
+
 
 def test_fw_doctor_reports_the_clusters_replication_and_warns_about_a_lax_producer(three_nodes: LocalCluster) -> None:
     checks = {c["name"]: c for c in json.loads(fw_doctor(three_nodes.bootstrap, "--json", "--skip-clock").stdout)}

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from framework import Pipeline, StringSerde, Topic
 from framework.cli import cli
 from framework.kafka import probe
 from framework.kafka.probe import ClockSample
@@ -141,7 +142,7 @@ def test_results_come_in_order_and_a_check_past_its_limit_or_raising_fails_alone
 
 def test_the_command_prints_a_line_per_check_or_json_and_exits_1_on_a_failure(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(D, "steps", lambda config, clock=True: [D.Step(("x",), _checks, 5.0)])
+    monkeypatch.setattr(D, "steps", lambda config, clock=True, service=None: [D.Step(("x",), _checks, 5.0)])
     env = {"FW_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
     shown = CliRunner().invoke(cli, ["doctor"], env=env)
     assert shown.exit_code == 1, shown.output
@@ -183,3 +184,25 @@ def test_durability_warns_when_one_node_can_hold_an_acknowledged_write_alone() -
     acks = D.durability(_facts(3, **safe), {"acks": "1", "enable.idempotence": "false"})
     assert acks.status is D.Status.WARN
     assert "kafka.producer acks=1" in acks.detail and "enable.idempotence=false" in acks.detail
+
+
+def test_a_services_topics_are_reported_and_one_kept_on_a_single_node_is_a_warning() -> None:
+    kept = {"in": probe.TopicReplication(4, 3, 2), "svc-counts-changelog": probe.TopicReplication(4, 3, 2),
+            "svc-dead-letters": None}
+    ok = D.topic_durability("svc", kept, 3)
+    assert ok.status is D.Status.OK
+    assert ok.detail == ("svc: 2 topics (2 at RF 3/min ISR 2); not created yet (its first run creates them): "
+                         "svc-dead-letters")
+    lax = D.topic_durability("svc", {**kept, "out": probe.TopicReplication(4, 1, 1),
+                                     "svc-counts-changelog": probe.TopicReplication(4, 3, 1)}, 3)
+    assert lax.status is D.Status.WARN and lax.fix
+    assert "svc-counts-changelog min.insync.replicas=1; out RF 1" in lax.detail
+    assert D.topic_durability("svc", {"out": probe.TopicReplication(4, 1, 1)}, 1).status is D.Status.OK
+
+
+def test_a_services_topics_are_its_sources_internal_topics_and_sinks_each_once() -> None:
+    p = Pipeline("svc", partitions=2)
+    p.source(Topic("in", key_serde=StringSerde(), value_serde=StringSerde())).key_by(lambda v: v, name="rekey") \
+        .count(name="counts").to(Topic("out", key_serde=StringSerde(), value_serde=StringSerde()))
+    assert D.service_topics(p) == ["in", p.repartition_topic("rekey"), p.changelog_topic("counts"),
+                                   p.dead_letter.name, "out"]
