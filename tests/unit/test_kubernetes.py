@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 import sys
-import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -186,19 +186,19 @@ class _Member:
 
 def test_the_endpoint_serves_the_paths_the_probes_and_prometheus_ask() -> None:
     """/health 200 and /ready 503 for a healthy member still restoring; /metrics the text."""
-    server = StatusServer(_Member(), "127.0.0.1", 0)
-    threading.Thread(target=server.httpd.serve_forever, daemon=True).start()
+    server = StatusServer(_Member(), "127.0.0.1", 0).start()
+
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"{server.url}{path}", timeout=10) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
     try:
-        def status(path: str) -> int:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=10) as answer:
-                    return int(answer.status)
-            except urllib.error.HTTPError as exc:
-                return exc.code
         assert [status(p) for p in ("/health", "/ready", "/metrics")] == [200, 503, 200]
     finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
+        server.close()
 
 
 def _dockerfile_facts(text: str) -> dict[str, str]:
