@@ -32,7 +32,8 @@ def new() -> None:
 @click.option("--force", is_flag=True, help="Overwrite files that exist with other content.")
 def service(name: str, template: str, force: bool) -> None:
     """Create service NAME (e.g. fraud-alerts) in the project around the current directory:
-    its pipeline, Avro schemas, tests and docker-compose.yml entry."""
+    its pipeline, Avro schemas, tests, docker-compose.yml entry and, when the project has
+    deploy/kubernetes/, its Kubernetes manifests."""
     result = new_service(find_project_root(Path.cwd()), name, template, force=force)
     _report(result, f"service {result.names.service}")
     if result.changed:
@@ -77,3 +78,5 @@ def _next_steps(result: Result) -> None:
     click.echo(f"  scripts/test tests/topology/test_{package}.py tests/integration/test_{package}.py")
     click.echo(f"  fw run {result.names.target}   # on the broker at FW_BOOTSTRAP_SERVERS or `fw broker start`")
     click.echo(f"  docker compose up -d --build {svc}   # deploy it next to the broker")
+    if any(rel.startswith("deploy/kubernetes/services/") for rel in result.written):
+        click.echo("  kubectl apply -k deploy/kubernetes   # or on Kubernetes, its image pushed first")

@@ -3,8 +3,9 @@
 ``new_service`` writes a service from one of ``TEMPLATES`` into a project;
 ``new_project`` writes a standalone project that depends on the framework as a package.
 Names are validated in ``names``, ``docker-compose.yml`` is edited in ``compose`` (keeping
-its comments and order) and ``deploy/prometheus/prometheus.yml`` in ``prometheus``,
-templates are rendered in ``render``.
+its comments and order), ``deploy/prometheus/prometheus.yml`` in ``prometheus``, the
+Kubernetes manifests and their kustomization are written in ``kubernetes``, templates are
+rendered in ``render``.
 """
 
 from framework.scaffold.project import framework_spec, new_project

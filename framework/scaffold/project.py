@@ -2,7 +2,8 @@
 
 It holds ``pyproject.toml`` (the framework as its one dependency), ``services/`` with one
 service made from the keyed template, ``schemas/``, ``tests/``, ``docker-compose.yml`` with
-the configuration of the Prometheus it runs (``deploy/prometheus/prometheus.yml``), a
+the configuration of the Prometheus it runs (``deploy/prometheus/prometheus.yml``), the
+Kubernetes manifests (``deploy/kubernetes/``: ``framework.scaffold.kubernetes``), a
 ``Dockerfile``, ``.gitignore``, ``README.md`` and ``scripts/`` (``bootstrap.sh``, ``test``,
 ``demo``, ``ci``, ``vendor``). The framework is not published on a package index, so the
 dependency names where this framework came from (``framework_spec``).
@@ -18,7 +19,14 @@ import framework
 from framework.errors import ConfigError
 from framework.scaffold.names import project_name, service_names
 from framework.scaffold.render import FileSet, render_tree
-from framework.scaffold.service import COMPOSE, PROMETHEUS, TEMPLATES, Result, service_files
+from framework.scaffold.service import (
+    COMPOSE,
+    KUSTOMIZATION,
+    PROMETHEUS,
+    TEMPLATES,
+    Result,
+    service_files,
+)
 
 DISTRIBUTION = "kstreamflow"
 DEFAULT_SERVICE = "spend"
@@ -74,7 +82,8 @@ def new_project(directory: Path, *, service: str = DEFAULT_SERVICE, framework: s
         raise ConfigError(f"{directory} exists and is not a directory; choose another path")
     names = service_names(service)
     spec = framework or framework_spec()
-    context = {"project": project_name(root.name), "framework_spec": spec, "package": names.package,
+    project = project_name(root.name)
+    context = {"project": project, "framework_spec": spec, "package": names.package,
                "service": names.service, "target": names.target, "templates": TEMPLATES}
     files = FileSet(root)
     for rel, text in render_tree("project", context).items():
@@ -86,7 +95,8 @@ def new_project(directory: Path, *, service: str = DEFAULT_SERVICE, framework: s
         files.files[rel] = ""
     files.files["services/__init__.py"] = ""
     service_set = service_files(root, names, "keyed", files.files[COMPOSE], replace_entry=False,
-                                prometheus_text=files.files[PROMETHEUS])
+                                prometheus_text=files.files[PROMETHEUS],
+                                kustomization_text=files.files[KUSTOMIZATION], project=project)
     files.files.update(service_set.files)
     changes = files.changes()
     if changes.different and not force:

@@ -7,7 +7,10 @@ The files (paths relative to the project root; ``<package>`` is e.g. ``fraud_ale
 - ``tests/topology/test_<package>.py`` (TestDriver) and ``tests/integration/test_<package>.py``
   (real broker, through ``framework.testing.kafka.ServiceRun``);
 - the service's entry in ``docker-compose.yml``;
-- its scrape target in ``deploy/prometheus/prometheus.yml``, when the project has that file.
+- its scrape target in ``deploy/prometheus/prometheus.yml``, when the project has that file;
+- its Kubernetes manifests, ``deploy/kubernetes/services/<service>.yaml`` (listed in
+  ``deploy/kubernetes/kustomization.yaml``) and ``deploy/kubernetes/replay/<service>.yaml``,
+  when the project has that kustomization (``framework.scaffold.kubernetes``).
 
 Creating the same service twice changes nothing; a file that exists with other content is
 a conflict, reported before anything is written, and replaced only with ``force``.
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from framework.errors import ConfigError
-from framework.scaffold import compose, prometheus
+from framework.scaffold import compose, kubernetes, prometheus
 from framework.scaffold.names import ServiceNames, service_names
 from framework.scaffold.render import Changes, FileSet, render_tree
 
@@ -49,6 +52,8 @@ FIRST_RUN: dict[str, tuple[str, ...]] = {
 DEFAULT_TEMPLATE = "keyed"
 COMPOSE = "docker-compose.yml"
 PROMETHEUS = prometheus.PROMETHEUS
+KUSTOMIZATION = kubernetes.KUSTOMIZATION
+ADDED_TO = (PROMETHEUS, KUSTOMIZATION)  # files a service is only ever added to: never a conflict
 
 
 @dataclass(frozen=True)
@@ -78,10 +83,13 @@ def find_project_root(start: Path) -> Path:
 
 
 def service_files(root: Path, names: ServiceNames, template: str, compose_text: str, *,
-                  replace_entry: bool, prometheus_text: str | None = None) -> FileSet:
+                  replace_entry: bool, prometheus_text: str | None = None,
+                  kustomization_text: str | None = None, project: str = "") -> FileSet:
     """The files of a new service below ``root``; ``compose_text`` is the compose file to
-    add its entry to (an existing entry is rebuilt only with ``replace_entry``), and
-    ``prometheus_text``, when given, the Prometheus configuration to add its target to."""
+    add its entry to (an existing entry is rebuilt only with ``replace_entry``),
+    ``prometheus_text``, when given, the Prometheus configuration to add its target to, and
+    ``kustomization_text``, when given, the kustomization to list its Kubernetes manifests
+    in (written for project ``project``: its ConfigMap and image)."""
     if template not in TEMPLATES:
         raise ConfigError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
     context = {"package": names.package, "service": names.service, "title": names.title,
@@ -96,6 +104,10 @@ def service_files(root: Path, names: ServiceNames, template: str, compose_text: 
     if prometheus_text is not None:
         files.files[PROMETHEUS] = prometheus.with_target(prometheus_text, names.service,
                                                          where=str(root / PROMETHEUS))
+    if kustomization_text is not None:
+        files.files.update(kubernetes.manifests(names, project or kubernetes.project_of(root)))
+        files.files[KUSTOMIZATION] = kubernetes.with_resource(kustomization_text, names.service,
+                                                              where=str(root / KUSTOMIZATION))
     return files
 
 
@@ -125,15 +137,18 @@ def new_service(root: Path, name: str, template: str = DEFAULT_TEMPLATE, *, forc
     entry_differs = entry is not None and not compose.entry_matches(compose_text, names.service, names.target)
     prometheus_path = root / PROMETHEUS
     prometheus_text = prometheus_path.read_text() if prometheus_path.is_file() else None
+    kustomization_path = root / KUSTOMIZATION
+    kustomization_text = kustomization_path.read_text() if kustomization_path.is_file() else None
     files = service_files(root, names, template, compose_text, replace_entry=force,
-                          prometheus_text=prometheus_text)
+                          prometheus_text=prometheus_text, kustomization_text=kustomization_text)
     changes = files.changes()
     if COMPOSE in changes.different and entry is None:
         changes.different.remove(COMPOSE)  # an entry added to the file is not a conflict
         changes.new.append(COMPOSE)
-    if PROMETHEUS in changes.different:  # only ever a target added, never one changed
-        changes.different.remove(PROMETHEUS)
-        changes.new.append(PROMETHEUS)
+    for added_to in ADDED_TO:  # only ever a line added, never one changed
+        if added_to in changes.different:
+            changes.different.remove(added_to)
+            changes.new.append(added_to)
     conflicts = [p for p in changes.different if p != COMPOSE]
     conflicts += [f"{COMPOSE} (entry {names.service!r})"] if entry_differs else []
     if conflicts and not force:
