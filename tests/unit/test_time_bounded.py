@@ -125,7 +125,7 @@ class Uncomparable(Record):
 
 
 def test_the_cut_finds_its_place_without_comparing_records(clock: Clock) -> None:
-    runner, _sent = slow_runner(clock, 0.04)
+    runner, sent = slow_runner(clock, 0.04)
     batch = [Uncomparable(r.topic(), r.partition(), r.offset(), r.key(), r.value(), r.timestamp()[1])
              for r in records(0, range(10))]
     assert runner.process(batch, until=0.1) == 3
