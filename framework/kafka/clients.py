@@ -59,6 +59,8 @@ _NOT_READY_YET = (  # a partition just created, or moving: its leader is not kno
     KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
     # a group's coordinator not elected or still loading (a broker just started)
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    # asked of a node that then left the cluster's metadata (one SIGKILLed, fenced): ask again
+    KafkaError._DESTROY_BROKER,
 )
 
 
@@ -87,7 +89,7 @@ def retry_while_not_ready(call: Callable[[float], Any], timeout_s: float, what: 
 # cache keeps it until the next periodic refresh, minutes later. Seen on a three-node
 # cluster: a restore asked for 180 s and got that answer every time.
 _LEADER_UNKNOWN = (KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                   KafkaError.NOT_LEADER_FOR_PARTITION)
+                   KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._DESTROY_BROKER)
 
 
 def watermarks(client: Any, tp: TopicPartition, timeout_s: float, what: str, *, fresh: bool = False) -> tuple[int, int]:
@@ -401,7 +403,9 @@ class KafkaOutput:
                 asked = True
                 self._refuse_gone()
             if time.monotonic() >= deadline:
-                raise KafkaClientError(f"{remaining} records not delivered within {timeout_s}s")
+                raise KafkaClientError(f"{remaining} records not delivered within {timeout_s}s: their partitions' "
+                                       "leaders did not acknowledge them (nodes away, or fewer replicas in sync "
+                                       "than min.insync.replicas)")
         if self._gone:
             self._refuse_gone()
         if self._delivery_error is not None:

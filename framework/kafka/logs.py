@@ -13,7 +13,8 @@ forgotten, so the condition's return is logged again.
 
 ``Transport`` demotes to DEBUG what a client says of its connections (librdkafka's ``FAIL``
 lines: a broker disconnected or refusing) and of the retries while a restarted broker loads
-(a coordinator loading, a producer id not granted yet, a leader not known yet): the service reports an unreachable cluster
+(a coordinator loading, a producer id not granted yet, a leader not known yet), and a session
+the group lost (``SESSTMOUT``: the member says "partitions lost" itself): the service reports an unreachable cluster
 in its own words, once (``framework.runtime.outage``). While ``quiet`` is set (an outage is
 being waited out) every client line below CRITICAL is demoted. A fatal error's own line
 (``FATAL``) is demoted too: the service stops with a line of its own that names the cause;
@@ -61,7 +62,9 @@ class Repeats(logging.Filter):
         return True
 
 
-_TRANSIENT = re.compile(r"^(FAIL |FATAL |GETPID |.*(Coordinator load in progress|not found in cache|brokers are down))")
+# SESSTMOUT: a session the group lost; the member says so itself ("partitions lost ...")
+_TRANSIENT = re.compile(r"^(FAIL |FATAL |GETPID |SESSTMOUT |.*(Coordinator load in progress|not found in cache|brokers "
+                        r"are down))")
 
 
 class Transport(logging.Filter):

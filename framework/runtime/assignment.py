@@ -25,10 +25,10 @@ class Assignment:
 
     def __init__(self, instance: str, runner: TaskRunner, restorer: Restorer, consumer: GroupConsumer,
                  checkpointer: Checkpointer, holds: Holds, standby: Standby | None, *,
-                 unreachable: Callable[[], bool], publish: Callable[[], None], timeout_s: float) -> None:
+                 recovering: Callable[[], bool], publish: Callable[[], None], timeout_s: float) -> None:
         self.instance, self.runner, self.restorer, self.consumer = instance, runner, restorer, consumer
         self.checkpointer, self.holds, self.standby = checkpointer, holds, standby
-        self.unreachable, self.publish, self.timeout_s = unreachable, publish, timeout_s
+        self.recovering, self.publish, self.timeout_s = recovering, publish, timeout_s
         self.assigned: set[TP] = set()
         self.has_assignment = False  # the group gave this member its first assignment
         self.rebalances = {"assigned": 0, "revoked": 0, "lost": 0}
@@ -69,9 +69,10 @@ class Assignment:
         """The group moved on without us (a session that timed out, an outage): nothing of
         ours may commit; the recovery settles the interval (no broker call here: the cluster
         may be away)."""
-        level = logging.INFO if self.unreachable() else logging.WARNING  # an outage is said once
-        log.log(level, "partitions lost %s: the open interval is dropped, and processed again by whoever "
-                "gets them", sorted({p for _, p in tps}))
+        # an outage, or a broken interval, is said once: a loss while the member recovers is part of it
+        level = logging.INFO if self.recovering() else logging.WARNING
+        log.log(level, "partitions lost %s (the group's session timed out, or the group removed this member): the "
+                "open interval is dropped, and processed again by whoever gets them", sorted({p for _, p in tps}))
         self.rebalances["lost"] += 1
         self.holds.disturb(f"partitions {sorted(tps)} lost by member {self.instance}")
         self._drop(tps)

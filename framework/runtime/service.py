@@ -193,7 +193,7 @@ class Service:
                                  where=settings["bootstrap.servers"])
         self.checkpointer.on_broken = self.recovery.begin
         self.assignment = Assignment(self.instance_id, self.runner, self.restorer, self.consumer, self.checkpointer,
-                                     self.holds, self.standby, unreachable=lambda: self.recovery.unreachable,
+                                     self.holds, self.standby, recovering=lambda: self.recovery.active,
                                      publish=self._publish, timeout_s=cfg.processing.revoke_timeout_ms / 1000)
         self.slow = SlowRecords(self.pipeline, self.runner, warn_after_s=cfg.processing.slow_record_warning_ms / 1000,
                                 transaction_timeout_s=cfg.kafka.transaction_timeout_ms / 1000

@@ -146,6 +146,9 @@ def test_the_clients_connection_lines_go_to_the_debug_log(caplog: pytest.LogCapt
                      "failed: Connection refused (after 0ms in state CONNECT)")
     CLIENT_LOG.warning("GETPID [rdkafka#producer-1] [thrd:main]: Failed to acquire idempotence PID from broker "
                        "127.0.0.1:9092/1: Broker: Coordinator load in progress: retrying")
+    CLIENT_LOG.warning("SESSTMOUT [eo-1@:9400#consumer-6] [thrd:main]: Consumer group session timed out (in "
+                       "join-state steady) after 45042 ms without a successful response from the group coordinator "
+                       "(broker 1, last error was Success): revoking assignment and rejoining group")
     CLIENT_LOG.warning("CONFWARN [rdkafka#producer-1] [thrd:app]: Configuration property x is deprecated")
     assert [r.getMessage().split()[0] for r in caplog.records] == ["CONFWARN"]
 
