@@ -1,15 +1,19 @@
-"""A pipeline's topology as data (``Pipeline.describe()``), as text and Mermaid."""
+"""A pipeline's topology as data (``Pipeline.describe()``), as text and Mermaid, and
+through ``fw describe``."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from framework import (
     CountTrigger,
@@ -23,6 +27,7 @@ from framework import (
     TumblingWindows,
     WatermarkStrategy,
 )
+from framework.cli import cli
 from framework.pipeline import CoProcessFunction, Retry
 from framework.pipeline import topology as T
 from tests.integration import pipelines as P
@@ -257,3 +262,43 @@ def test_mermaid_ids_are_safe_and_labels_escaped() -> None:
 class _QuotedSerde(StringSerde):
     def __repr__(self) -> str:
         return 'Quoted("<x>")'
+
+
+# -- fw describe -----------------------------------------------------------------------------
+
+
+def test_fw_describe_prints_each_format(test_env: None) -> None:
+    runner = CliRunner()
+    target = "tests.integration.pipelines:fast_and_slow"
+    text = runner.invoke(cli, ["describe", target])
+    assert text.exit_code == 0, text.output
+    assert text.output.startswith("service fs-d (2 partitions, event time)\n")
+    assert "fs-d-by-group-repartition" in text.output
+    as_json = runner.invoke(cli, ["describe", target, "--format", "json"])
+    assert as_json.exit_code == 0
+    assert json.loads(as_json.output) == P.fast_and_slow().describe()
+    drawn = runner.invoke(cli, ["describe", target, "--format", "mermaid"])
+    assert drawn.exit_code == 0 and drawn.output.startswith("flowchart LR\n")
+
+
+def test_fw_describe_takes_a_service_name_in_the_project_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    shown = CliRunner().invoke(cli, ["describe", "even-odd"])
+    assert shown.exit_code == 0, shown.output
+    assert "even-odd-parity-repartition (repartition of parity)" in shown.output
+
+
+@pytest.mark.parametrize("target", ["no_such_module:pipeline", "no-such-service"])
+def test_fw_describe_of_a_bad_target_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 target: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "framework.cli", "describe", target], capture_output=True,
+                          text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: "), done.stderr
+
+
+def test_fw_describe_refuses_an_unknown_format(test_env: None) -> None:
+    refused = CliRunner().invoke(cli, ["describe", "tests.integration.pipelines:fast_and_slow", "--format", "dot"])
+    assert refused.exit_code != 0
