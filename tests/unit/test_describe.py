@@ -1,13 +1,16 @@
-"""A pipeline's topology as data (``Pipeline.describe()``), as text and Mermaid, and
-through ``fw describe``."""
+"""A pipeline's topology as data (``Pipeline.describe()``), as text and Mermaid, through
+``fw describe``, and on the member's status page and ``/topology``."""
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
 import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from framework import (
     WatermarkStrategy,
 )
 from framework.cli import cli
+from framework.observe.server import StatusServer
 from framework.pipeline import CoProcessFunction, Retry
 from framework.pipeline import topology as T
 from tests.integration import pipelines as P
@@ -302,3 +306,60 @@ def test_fw_describe_of_a_bad_target_is_one_line(tmp_path: Path, monkeypatch: py
 def test_fw_describe_refuses_an_unknown_format(test_env: None) -> None:
     refused = CliRunner().invoke(cli, ["describe", "tests.integration.pipelines:fast_and_slow", "--format", "dot"])
     assert refused.exit_code != 0
+
+
+# -- the status page and /topology -------------------------------------------------------------
+
+
+class _Member:
+    def metrics_text(self) -> bytes:
+        return b""
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        return True, {"status": "ok"}
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        return True, {"ready": True}
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"members": []}
+
+    def history_doc(self) -> dict[str, Any] | None:
+        return None
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_status_page_shows_the_topology_and_serves_it() -> None:
+    topology = small().describe()
+    server = StatusServer(_Member(), "127.0.0.1", 0, topology=topology).start()
+    try:
+        code, page = _get(f"{server.url}/")
+        assert code == 200
+        text = re.search(r'<pre id="topology-text">(.*?)</pre>', page, re.DOTALL)
+        assert text is not None and html.unescape(text.group(1)) == SMALL_TEXT
+        source = re.search(r'<details>.*<pre class="mermaid" id="topology-mermaid">(.*?)</pre>\s*</details>',
+                           page, re.DOTALL)
+        assert source is not None and html.unescape(source.group(1)) == SMALL_MERMAID
+        assert not re.search(r"<script[^>]+src=|https?://(?!www\.w3\.org/2000/svg)", page), "a remote resource"
+        assert _get(f"{server.url}/topology") == (200, json.dumps(topology))
+        code, body = _get(f"{server.url}/nothing")
+        assert code == 404 and "/topology" in json.loads(body)["error"]
+    finally:
+        server.close()
+
+
+def test_a_page_without_a_topology_has_no_section() -> None:
+    server = StatusServer(_Member(), "127.0.0.1", 0).start()
+    try:
+        code, page = _get(f"{server.url}/")
+        assert code == 200 and 'id="topology"' not in page and "<!-- topology -->" not in page
+        assert _get(f"{server.url}/topology")[0] == 404
+    finally:
+        server.close()
