@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,9 +32,11 @@ from framework import (
     WatermarkStrategy,
 )
 from framework.cli import cli
+from framework.config import Config, ObserveConfig
 from framework.observe.server import StatusServer
 from framework.pipeline import CoProcessFunction, Retry
 from framework.pipeline import topology as T
+from framework.runtime.parts import serve_endpoint
 from tests.integration import pipelines as P
 
 REPO = Path(__file__).resolve().parents[2]
@@ -361,5 +364,18 @@ def test_a_page_without_a_topology_has_no_section() -> None:
         code, page = _get(f"{server.url}/")
         assert code == 200 and 'id="topology"' not in page and "<!-- topology -->" not in page
         assert _get(f"{server.url}/topology")[0] == 404
+    finally:
+        server.close()
+
+
+def test_a_member_serves_its_own_pipeline_s_topology() -> None:
+    """What a running member's endpoint is built with (``serve_endpoint``): its pipeline's topology."""
+    pipeline = small()
+    config = Config(observe=ObserveConfig(host="127.0.0.1", port=0))
+    member = SimpleNamespace(config=config, pipeline=pipeline, holds=None, instance_id="a")
+    _, server, _ = serve_endpoint(member, None)
+    try:
+        assert _get(f"{server.url}/topology") == (200, json.dumps(pipeline.describe()))
+        assert "small-by-value-repartition (repartition of by-value)" in html.unescape(_get(f"{server.url}/")[1])
     finally:
         server.close()
