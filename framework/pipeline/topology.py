@@ -145,11 +145,13 @@ def _param(value: Any) -> Any:
         return value.describe()
     if hasattr(value, "value_serde") and hasattr(value, "partitions"):  # a Topic (definition imports this module)
         return value.name
+    if hasattr(value, "serialize") and hasattr(value, "deserialize"):  # a serde, a dataclass or not
+        return serde_name(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a window spec
         return {"type": type(value).__name__, **dataclasses.asdict(value)}
     if isinstance(value, (ProcessFunction, CoProcessFunction)) or callable(value):
         return function_name(value)
-    return serde_name(value)
+    return serde_name(value)  # anything else: its own describe() or repr, else its class
 
 
 def _overrides_on_timer(function: Any) -> bool:
@@ -164,7 +166,7 @@ def _store(pipeline: Described, name: str) -> dict[str, Any]:
     source = pipeline.table_source(name)
     changelog = pipeline.changelog_topic(name) if source is None else None
     return {"name": name, "step": None if name == TIME_STORE else name, "changelogged": changelog is not None,
-            "changelog": changelog, "restored_from": changelog or source.topic.name}  # type: ignore[union-attr]
+            "changelog": changelog, "restored_from": changelog if source is None else source.topic.name}
 
 
 def _internal_topics(pipeline: Described) -> list[dict[str, Any]]:
