@@ -19,7 +19,7 @@ _COMMANDS = {
     "broker": "broker", "demo": "demo", "run": "run", "replay": "replay", "archive": "replay", "topics": "ops",
     "group": "ops", "state": "ops", "status": "status", "new": "new", "doctor": "doctor", "acls": "acls",
     "registry": "registry", "schemas": "schemas", "savepoint": "savepoint", "rescale": "savepoint",
-    "produce": "produce",
+    "produce": "produce", "describe": "describe",
 }
 
 

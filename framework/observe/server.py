@@ -1,5 +1,5 @@
 """The member's HTTP endpoint: status page, ``/metrics``, ``/health``, ``/ready``, ``/status``,
-``/history`` (docs/observability.md) and the live queries of its stores, ``/stores/...``
+``/history``, ``/topology`` (docs/observability.md) and the live queries of its stores, ``/stores/...``
 (docs/queries.md), and ``POST /savepoint/hold`` and ``/savepoint/release`` that hold the member at
 a checkpoint for a savepoint of the running service (docs/savepoints.md). A standard-library
 server in a daemon thread; it reads what the processing loop published, and the stores'
@@ -9,15 +9,18 @@ between batches)."""
 from __future__ import annotations
 
 import errno
+import html
 import json
 import logging
 import threading
 import urllib.parse
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, Protocol
 
 from framework.errors import ConfigError
+from framework.pipeline import topology as T
 
 log = logging.getLogger("framework.observe")
 DEFAULT_PORT = 9400
@@ -49,20 +52,41 @@ class Control(Protocol):
     def ask(self, action: str, params: dict[str, str]) -> tuple[int, dict[str, Any]]: ...
 
 
-def _page() -> bytes:
+TOPOLOGY_SLOT = b"<!-- topology -->"  # where status.html takes the topology section
+
+
+def _page(topology: Mapping[str, Any] | None = None) -> bytes:
+    """The status page, with ``topology`` (``Pipeline.describe()``) drawn in it as text, and
+    its Mermaid source folded below: the page loads no script from elsewhere, so nothing
+    draws the graph here (docs/observability.md)."""
     try:
-        return resources.files("framework.observe").joinpath("static/status.html").read_bytes()
+        page = resources.files("framework.observe").joinpath("static/status.html").read_bytes()
     except FileNotFoundError:
-        return b"<!doctype html><title>status</title><p>See <a href='/status'>/status</a>."
+        page = b"<!doctype html><title>status</title><p>See <a href='/status'>/status</a>." + TOPOLOGY_SLOT
+    return page.replace(TOPOLOGY_SLOT, b"" if topology is None else topology_section(topology).encode())
+
+
+def topology_section(topology: Mapping[str, Any]) -> str:
+    """The page's topology section: the text tree, and the Mermaid source in a ``<details>``."""
+    return (
+        '<section id="topology">\n<h2>Topology</h2>\n'
+        f'<pre id="topology-text">{html.escape(T.text(topology))}</pre>\n'
+        "<details>\n<summary>Mermaid source</summary>\n"
+        '<p class="muted">Paste it into any Mermaid renderer to draw the graph '
+        "(this page loads no script from elsewhere).</p>\n"
+        f'<pre class="mermaid" id="topology-mermaid">{html.escape(T.mermaid(topology))}</pre>\n'
+        "</details>\n</section>"
+    )
 
 
 class StatusServer:
-    """Serves ``source`` on ``host:port``. ``port=None``: 9400, or a free port when 9400 is taken."""
+    """Serves ``source`` on ``host:port``. ``port=None``: 9400, or a free port when 9400 is taken.
+    ``topology`` (``Pipeline.describe()``): shown on the page and served at ``/topology``."""
 
     def __init__(self, source: Source, host: str, port: int | None, queries: Queries | None = None,
-                 control: Control | None = None) -> None:
+                 control: Control | None = None, topology: Mapping[str, Any] | None = None) -> None:
         self.source = source
-        handler = _handler(source, queries, control)
+        handler = _handler(source, queries, control, topology)
         try:
             self.httpd = ThreadingHTTPServer((host, DEFAULT_PORT if port is None else port), handler)
         except OSError as exc:
@@ -93,8 +117,9 @@ class StatusServer:
         self.httpd.server_close()
 
 
-def _handler(source: Source, queries: Queries | None, control: Control | None) -> type[BaseHTTPRequestHandler]:
-    page = _page()
+def _handler(source: Source, queries: Queries | None, control: Control | None,
+             topology: Mapping[str, Any] | None) -> type[BaseHTTPRequestHandler]:
+    page = _page(topology)
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "fw-status"
@@ -114,13 +139,16 @@ def _handler(source: Source, queries: Queries | None, control: Control | None) -
                     self._json(200, source.snapshot())
                 elif path == "/history" and (doc := source.history_doc()) is not None:
                     self._json(200, doc)
+                elif path == "/topology" and topology is not None:
+                    self._json(200, topology)
                 elif queries is not None and (path == "/stores" or path.startswith("/stores/")):
                     params = {k: v[-1] for k, v in urllib.parse.parse_qs(query, keep_blank_values=True).items()}
                     self._json(*queries.answer(path, params, self.headers.get(FORWARDED) is not None))
                 else:
+                    shown = ", /topology" if topology is not None else ""
                     stores = ", /stores/<store>[/<key>]" if queries is not None else ""
                     self._json(404, {"error": f"no {path}; try /, /metrics, /health, /ready, /status, /history"
-                                              f"{stores}"})
+                                              f"{shown}{stores}"})
             except Exception as exc:
                 log.exception("status endpoint: %s failed", path)
                 self._json(500, {"error": f"{type(exc).__name__}: {exc}"})

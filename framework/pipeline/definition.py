@@ -32,6 +32,7 @@ from framework.pipeline.internal import (
     changelog_topic,
     repartition_topic,
 )
+from framework.pipeline.topology import describe
 from framework.serde import JsonSerde, Serde, StringSerde
 from framework.serde.keys import KeySerde
 from framework.serde.values import CustomType
@@ -262,12 +263,27 @@ class Pipeline:
         topics = [s.topic for s in self.steps.values() if isinstance(s, S.Sink)]
         return topics + [s.late for s in self.steps.values() if isinstance(s, S.WindowStep) and s.late is not None]
 
-    def describe(self) -> str:
-        lines = [f"pipeline {self.name}"]
-        for s in self.steps.values():
-            via = f" <- {', '.join(s.parents)}" if s.parents else ""
-            lines.append(f"  {s.kind:<10} {s.name}{via}")
-        return "\n".join(lines)
+    def describe(self) -> dict[str, Any]:
+        """The topology as plain data (JSON values only), read from the definition; nothing
+        is asked of a cluster. Keys:
+
+        - ``service``, ``partitions`` (the default for the topics it creates), ``event_time``;
+        - ``sources`` and ``global_tables``: per source step its ``topic``, ``key_serde`` and
+          ``value_serde`` (by name), ``partitions`` (None: the pipeline's) and ``watermarks``
+          (``strategy``, ``bound_ms``, ``timestamp``, ``idle_timeout_ms``; None without event time);
+        - ``steps``, in the order they were added: ``name``, ``kind``, ``parents``, ``children``,
+          ``stateful``, ``event_time``, ``store`` (its store's name, or None) and ``params``, the
+          step's own fields (window specs with their sizes, slides and gaps, lateness, join
+          bounds and grace, async capacity and timeouts, functions by name);
+        - ``edges``: ``[parent, child]`` pairs;
+        - ``stores``: ``name``, ``step`` (None for ``_time``, the task clock), ``changelogged``,
+          ``changelog`` and ``restored_from``;
+        - ``internal_topics``: repartition topics and changelogs (``topic``, ``kind``, ``of``);
+        - ``sinks`` and ``late_outputs`` (per topic the step writing it, its serdes), and
+          ``dead_letter``.
+
+        ``framework.pipeline.topology`` draws it as text or Mermaid (``fw describe``)."""
+        return describe(self)
 
 
 def async_input(step: str) -> str:

@@ -225,7 +225,9 @@ def definition_of(pipeline: Pipeline) -> str:
     """What executors check the pipeline they import against: its name, steps and topics
     (a pipeline that reads the environment can differ on a cluster's executors)."""
     topics = sorted(pipeline.input_topics()) + sorted(t.name for t in pipeline.sink_topics())
-    return pipeline.describe() + "\n  topics " + ", ".join(topics)
+    steps = [f"  {s.kind:<10} {s.name}" + (f" <- {', '.join(s.parents)}" if s.parents else "")
+             for s in pipeline.steps.values()]
+    return "\n".join([f"pipeline {pipeline.name}", *steps, "  topics " + ", ".join(topics)])
 
 
 def summary(counts: Mapping[str, Any]) -> str:

@@ -61,10 +61,11 @@ def serve_endpoint(service: Any, queries: Any) -> tuple[Observer, StatusServer, 
     and the consumer's ``client.id`` that advertises it to ``fw status``."""
     obs = service.config.observe
     observer = Observer(service, obs.interval_ms / 1000, obs.health_timeout_ms / 1000)
-    server = StatusServer(observer, obs.host, obs.port, queries, service.holds).start()
+    server = StatusServer(observer, obs.host, obs.port, queries, service.holds,
+                          topology=service.pipeline.describe()).start()
     host = obs.advertised_host or ("" if obs.host in ("0.0.0.0", "::") else obs.host)
     observer.endpoint = f"http://{host or socket.gethostname()}:{server.port}"
-    log.info("status endpoint %s (/ status page, /metrics, /health, /ready, /status, /stores)", server.url)
+    log.info("status endpoint %s (/ status page, /metrics, /health, /ready, /status, /topology, /stores)", server.url)
     shared = multiprocess_dir()
     if shared:  # a --processes child: tell the supervisor where its endpoint is
         path = os.path.join(shared, f"member-{service.instance_id}.json")

@@ -25,6 +25,11 @@ class WindowFunction:
     # (incremental aggregation): the operators then build no ``Window`` per result.
     of_acc: Callable[[Any], Any] | None = None
 
+    @property
+    def keeps_elements(self) -> bool:
+        """A full window function's (``full``): its accumulator is the window's elements."""
+        return self.add is _append
+
 
 def aggregating(init: Callable[[], Any], add: Callable[[Any, Any], Any],
                 merge: Callable[[Any, Any], Any] | None, result: Callable[[Any], Any] | None) -> WindowFunction:

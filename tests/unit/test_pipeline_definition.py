@@ -201,17 +201,14 @@ def test_fan_out_wires_one_step_into_several_children() -> None:
 
 def test_describe_lists_every_step_with_kind_and_parents() -> None:
     p = build_word_count()
-    lines = p.describe().splitlines()
-    assert lines[0] == "pipeline wc"
-    assert len(lines) == 1 + len(p.steps)
-    body = [line.split() for line in lines[1:]]
-    assert body == [
-        ["source", "source-0"],
-        ["flat_map", "flat_map-1", "<-", "source-0"],
-        ["filter", "filter-2", "<-", "flat_map-1"],
-        ["key_by", "key_by-3", "<-", "filter-2"],
-        ["aggregate", "count-4", "<-", "key_by-3"],
-        ["to", "to-5", "<-", "count-4"],
+    steps = p.describe()["steps"]
+    assert [(s["kind"], s["name"], s["parents"]) for s in steps] == [
+        ("source", "source-0", []),
+        ("flat_map", "flat_map-1", ["source-0"]),
+        ("filter", "filter-2", ["flat_map-1"]),
+        ("key_by", "key_by-3", ["filter-2"]),
+        ("aggregate", "count-4", ["key_by-3"]),
+        ("to", "to-5", ["count-4"]),
     ]
 
 
