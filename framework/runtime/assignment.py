@@ -12,6 +12,7 @@ from framework.kafka.clients import TP, GroupConsumer
 from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.hold import Holds
 from framework.runtime.membership import StallWatch
+from framework.runtime.outage import PARTITIONS_LOST
 from framework.runtime.restore import Restorer
 from framework.runtime.standby import Standby
 
@@ -76,7 +77,7 @@ class Assignment:
         self.rebalances["lost"] += 1
         self.holds.disturb(f"partitions {sorted(tps)} lost by member {self.instance}")
         self._drop(tps)
-        self.checkpointer.break_interval("partitions lost")
+        self.checkpointer.break_interval(PARTITIONS_LOST)  # said above: the recovery says it at INFO
 
     def restored(self, partition: int) -> None:
         """Called by the restorer when every store of ``partition`` is at the changelog end."""

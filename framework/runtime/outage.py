@@ -34,6 +34,7 @@ from framework.kafka.logs import Transport
 
 log = logging.getLogger("framework.runtime")
 _ASK_EVERY_S = 1.0  # how often an absent cluster is asked for metadata
+PARTITIONS_LOST = "partitions lost"  # a broken interval's cause that the member has said already
 _PROBE_TIMEOUT_S = 1.0
 
 
@@ -87,8 +88,9 @@ class Recovery:
             return False
         if not self._said:  # the cluster answers: a broken interval, not an outage
             self._said = True
-            log.warning("the checkpoint interval could not complete (%s): continuing from the last checkpoint "
-                        "with a new producer", self.why)
+            log.log(logging.INFO if self.why == PARTITIONS_LOST else logging.WARNING,
+                    "the checkpoint interval could not complete (%s): continuing from the last checkpoint "
+                    "with a new producer", self.why)
         try:
             self.reset()
         except Exception as exc:
