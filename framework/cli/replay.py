@@ -34,6 +34,7 @@ from framework.replay.plan import (
     choose_reader,
     definition_of,
     output_topics,
+    range_records,
     stage_topics,
     store_stages,
 )
@@ -189,6 +190,10 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     settings = config.kafka.client_settings()
     sources = [s.topic.name for s in pipeline.sources()]
     ranges = {} if archive else resolve_ranges(settings, sources, start, end, group=pipeline.name)
+    if not archive and not bootstrap and not dry_run and range_records(ranges) == 0:
+        click.echo(f"[replay] nothing to replay: {empty_range(ranges, start, end, pipeline.name)}; Spark was not "
+                   "started")
+        return
     reader = choose_reader(reader, ranges, bool(archive))
     if reader == "spark":  # the Java client must be able to take the security settings
         java_security(config.kafka.security, "fw replay --reader spark")
@@ -241,6 +246,17 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       producer={k: v for k, v in config.kafka.producer.items() if not is_secret(k)},
                       backfill=backfill.to_dict() if backfill else None, resumed=resumed)
     _run(plan, target, "replay", master, confs, dry_run, config_file)
+
+
+def empty_range(ranges: dict[str, dict[int, list[int]]], start: str, end: str, group: str) -> str:
+    """Why ``ranges`` (from ``--from start --to end``) holds no records, in one line."""
+    where = ", ".join(f"{t}[{p}] at {s}" for t, parts in sorted(ranges.items()) for p, (s, _e) in sorted(parts.items()))
+    if end == "committed":
+        why = (f"--to committed ends where the group {group} has committed, and it has committed nothing past the "
+               "start (run the service first, or choose --to latest)")
+    else:
+        why = f"--from {start} and --to {end} meet in every partition"
+    return f"{why}: {where or 'the sources have no partitions'}"
 
 
 def _backfill(settings: dict[str, str], service: str, mine: ledger.Backfill, *, again: bool,

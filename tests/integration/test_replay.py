@@ -344,3 +344,22 @@ def test_the_same_numbers_keyed_upstream_replay_as_the_live_run(kafka_bootstrap:
         return out
 
     assert by_key(replayed) == by_key(live) and len(live.outputs[sums]) == 200
+
+
+def test_an_empty_range_says_why_and_starts_no_spark(kafka_bootstrap: str, unique: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pipeline, env = prepare(Case("even_odd", even_odd), kafka_bootstrap, unique, monkeypatch)
+    target = "tests.integration.pipelines:even_odd"
+    done = fw_replay(["replay", target, "--allow-nondeterministic", "--to", "committed", "--output", "topic",
+                      "--output-suffix", "-empty"], env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(
+        f"[replay] nothing to replay: --to committed ends where the group {pipeline.name} has committed, and it has "
+        "committed nothing past the start (run the service first, or choose --to latest): "
+        f"numbers-{unique}[0] at 0, "), done.stdout
+    assert "Spark was not started" in done.stdout and "[replay] replay of" not in done.stdout
+    latest = fw_replay(["replay", target, "--allow-nondeterministic", "--from", "latest"], env)
+    assert latest.returncode == 0 and latest.stdout.startswith(
+        "[replay] nothing to replay: --from latest and --to latest meet in every partition: "), latest.stdout
+    existing = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=30).topics
+    assert not [t for t in output_topics(pipeline) if f"{t}-empty" in existing]  # nothing made on the cluster
