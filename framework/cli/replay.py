@@ -266,8 +266,8 @@ def _backfill(settings: dict[str, str], service: str, mine: ledger.Backfill, *, 
     completed before (said)."""
     if dry_run:  # nothing on the cluster changes: the printed command, run, records itself when it ends
         return mine, False
-    fresh = again and _holds_nothing(settings, mine.destination)
-    decision = ledger.decide(ledger.read_ledger(settings, service), mine, again=again, fresh=fresh)
+    occupied = _occupied(settings, mine.destination) if again else []
+    decision = ledger.decide(ledger.read_ledger(settings, service), mine, again=again, occupied=occupied)
     found = decision.backfill
     if decision.action == "done":
         click.echo(f"[replay] backfill {found.id} ({found.range_text()} to {found.where()}) completed at "
@@ -284,13 +284,16 @@ def _backfill(settings: dict[str, str], service: str, mine: ledger.Backfill, *, 
     return found, decision.action == "continue"
 
 
-def _holds_nothing(settings: dict[str, str], destination: list[str]) -> bool:
-    """Whether a backfill's destination is new: its topics hold no records, its path (a local
-    one) has no files. A path another filesystem serves (``scheme://``) is taken as new."""
-    paths = [d.removeprefix("parquet:") for d in destination if d.startswith("parquet:")]
+def _occupied(settings: dict[str, str], destination: list[str]) -> list[str]:
+    """What of a backfill's destination holds something already: its topics that hold
+    records, its path (a local one) when it has Parquet files. A path another filesystem
+    serves (``scheme://``) is taken as new."""
+    paths = [d for d in destination if d.startswith("parquet:")]
     if paths:
-        return all("://" in p or not Path(p).exists() or not any(Path(p).rglob("*.parquet")) for p in paths)
-    return not any(held_records(settings, destination).values())
+        return [d for d in paths if "://" not in (p := d.removeprefix("parquet:")) and Path(p).exists()
+                and any(Path(p).rglob("*.parquet"))]
+    held = held_records(settings, destination)
+    return [t for t in destination if held.get(t)]
 
 
 @click.command()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -125,18 +125,20 @@ class Decision:
     forget: list[Backfill] = field(default_factory=list)
 
 
-def decide(entries: Iterable[Backfill], mine: Backfill, *, again: bool, fresh: bool) -> Decision:
-    """What a backfill ``mine`` does, given the ledger's ``entries``. ``fresh``: its
-    destination holds nothing yet (topics without records, a path without files); ``--again``
-    is refused otherwise. Raises ``ConfigError`` for an overlap with another backfill."""
+def decide(entries: Iterable[Backfill], mine: Backfill, *, again: bool, occupied: Sequence[str] = ()) -> Decision:
+    """What a backfill ``mine`` does, given the ledger's ``entries``. ``occupied``: the
+    topics (or path) of its destination that hold something already (records, Parquet
+    files); ``--again`` is refused unless there are none. Raises ``ConfigError`` for an
+    overlap with another backfill."""
     shared = set(mine.destination)
     same_place = [e for e in entries if shared & set(e.destination)]
     if again:
-        if not fresh:
+        if occupied:
+            held = ", ".join(d.removeprefix("parquet:") for d in occupied)
             raise ConfigError(
                 f"--again writes a new copy of the backfill, into topics or a path that hold nothing yet: "
-                f"{mine.where()} holds records. Fix: choose new topics (--output-suffix) or a new path, or "
-                "delete what is there first")
+                f"{held} {'holds' if len(occupied) == 1 else 'hold'} records. Fix: choose new topics "
+                "(--output-suffix) or a new path, or delete what is there first")
         return Decision("run", mine, forget=same_place)
     for e in same_place:
         # the same backfill; or the same request, whose --to latest (or a time) has moved on since

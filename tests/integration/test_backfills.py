@@ -86,7 +86,7 @@ def test_a_backfill_to_topics_killed_and_run_again_writes_each_output_once(
     refused = fw_replay(["replay", TARGET, *args, "--again"], env)
     assert refused.returncode != 0
     assert (f"--again writes a new copy of the backfill, into topics or a path that hold nothing yet: "
-            f"{', '.join(bf)} holds records. Fix: choose new topics (--output-suffix) or a new path, or delete what "
+            f"{', '.join(bf)} hold records. Fix: choose new topics (--output-suffix) or a new path, or delete what "
             "is there first") in refused.stderr, refused.stderr
 
     # what stays: the ledger, no marker group; --clean removes it

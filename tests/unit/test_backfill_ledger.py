@@ -23,20 +23,20 @@ def _bf(ranges: dict = RANGES, destination: tuple[str, ...] = ("sums-bf",), aske
 
 
 def test_a_new_backfill_runs() -> None:
-    assert decide([], _bf(), again=False, fresh=False).action == "run"
+    assert decide([], _bf(), again=False).action == "run"
 
 
 def test_the_same_backfill_complete_writes_nothing_and_incomplete_continues() -> None:
     done = replace(_bf(), state="complete")
-    assert decide([done], _bf(), again=False, fresh=False).action == "done"
-    assert decide([_bf()], _bf(), again=False, fresh=False).action == "continue"
+    assert decide([done], _bf(), again=False).action == "done"
+    assert decide([_bf()], _bf(), again=False).action == "continue"
 
 
 def test_the_same_request_whose_latest_moved_on_continues_the_range_the_failed_run_planned() -> None:
     failed = _bf()
     later = _bf({"numbers": {0: [0, 150], 1: [0, 90]}})
     assert later.id != failed.id
-    decision = decide([failed], later, again=False, fresh=False)
+    decision = decide([failed], later, again=False)
     assert (decision.action, decision.backfill.ranges) == ("continue", RANGES)
 
 
@@ -46,21 +46,24 @@ def test_another_range_overlapping_a_backfill_into_the_same_topics_is_refused() 
     with pytest.raises(ConfigError, match=r"sums-bf already holds the outputs of backfill \w+ \(m:p over "
                                           r"numbers\[0\]@0..100, numbers\[1\]@0..80; complete\), whose range "
                                           r"overlaps this one \(numbers\[0\]@50..120\)"):
-        decide([earlier], other, again=False, fresh=False)
+        decide([earlier], other, again=False)
 
 
 def test_a_disjoint_range_or_another_destination_runs() -> None:
     earlier = replace(_bf(), state="complete")
     later = _bf({"numbers": {0: [100, 120], 1: [80, 90]}}, asked=("committed", "latest"))
-    assert decide([earlier], later, again=False, fresh=False).action == "run"
-    assert decide([earlier], _bf(destination=("sums-bf2",)), again=False, fresh=False).action == "run"
+    assert decide([earlier], later, again=False).action == "run"
+    assert decide([earlier], _bf(destination=("sums-bf2",)), again=False).action == "run"
 
 
 def test_again_runs_only_into_a_destination_that_holds_nothing_and_forgets_what_was_there() -> None:
     earlier = replace(_bf(), state="complete")
-    with pytest.raises(ConfigError, match="--again writes a new copy of the backfill"):
-        decide([earlier], _bf(), again=True, fresh=False)
-    decision = decide([earlier], _bf(), again=True, fresh=True)
+    with pytest.raises(ConfigError, match="--again writes a new copy of the backfill, .*: sums-bf holds records"):
+        decide([earlier], _bf(), again=True, occupied=["sums-bf"])
+    with pytest.raises(ConfigError, match=": sums-bf, counts-bf hold records"):
+        decide([earlier], _bf(destination=("sums-bf", "counts-bf", "seen-bf")), again=True,
+               occupied=["sums-bf", "counts-bf"])
+    decision = decide([earlier], _bf(), again=True)
     assert (decision.action, decision.forget) == ("run", [earlier])
 
 
