@@ -846,7 +846,8 @@ def main(argv: list[str]) -> int:
     mode = argv[2] if len(argv) > 2 else "replay"
     # the context alone: Spark SQL's session is made when a step needs it (``_session``)
     sc = SparkContext.getOrCreate(SparkConf().setAppName(f"fw {mode} {plan.service}"))
-    print(f"[replay] Spark UI: {sc.uiWebUrl}  master: {sc.master}", flush=True)
+    ui = f"Spark UI: {sc.uiWebUrl}  " if sc.uiWebUrl else ""  # none with spark.ui.enabled=false
+    print(f"[replay] {ui}master: {sc.master}", flush=True)
     code: int | None = None
     try:
         code = _job(sc, plan, mode)
