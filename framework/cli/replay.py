@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import sys
+import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -156,6 +157,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
     would: backfill its outputs, and/or bootstrap its state for the live service. A backfill
     (--output topic or parquet:PATH) is exactly once across runs: run again, it continues
     what a failed run committed, or writes nothing when it completed (docs/replay.md)."""
+    began = time.time()
     pipeline = load_pipeline(target)
     config = Config.load(Path(config_file) if config_file else None)
     if clean:
@@ -244,7 +246,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       changelogs=[pipeline.changelog_topic(s) for s in pipeline.changelogged_stores()],
                       definition=definition_of(pipeline), reader=reader, limits=limits,
                       producer={k: v for k, v in config.kafka.producer.items() if not is_secret(k)},
-                      backfill=backfill.to_dict() if backfill else None, resumed=resumed)
+                      backfill=backfill.to_dict() if backfill else None, resumed=resumed, command_started=began)
     _run(plan, target, "replay", master, confs, dry_run, config_file)
 
 

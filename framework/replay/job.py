@@ -689,7 +689,7 @@ def _stage_totals(stats: list[dict[str, Any]], started: float) -> dict[str, Any]
 def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     """Every stage, then (bootstrap) the handover offsets; returns the job's totals (its
     seconds from when Spark is ready: a replay that needs a Spark SQL session, every one but
-    a plain RDD job, has it made before)."""
+    a plain RDD job, has it made before; ``command seconds`` from when ``fw replay`` began)."""
     spark = None if _plain_rdd(plan) else _session()  # an archive is read by Spark SQL: never plain
     started = time.monotonic()
     if plan.archive:
@@ -730,6 +730,8 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     grand["records/s"] = int(plan.records / seconds) if seconds else 0
     grand["processing seconds"] = round(busy, 1)
     grand["records/s while processing"] = int(plan.records / busy) if busy else 0
+    if plan.command_started:  # Spark's start and the command's own work before it included
+        grand["command seconds"] = round(time.time() - plan.command_started, 1)
     return grand
 
 

@@ -138,6 +138,7 @@ class ReplayPlan:
     # fw savepoint create --master (``snapshot``): the savepoint's ``path``, its ``stores`` (store ->
     # the topic it is restored from, whose ``ranges`` are read) and the ``tables`` among them
     savepoint: dict[str, Any] | None = None
+    command_started: float = 0.0  # when fw replay began (time.time()): the done line's "command seconds"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
