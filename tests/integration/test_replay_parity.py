@@ -272,7 +272,8 @@ def replay(case: Case, env: dict[str, str], *args: str, master: str = "local[2]"
                       "--reader", case.reader, "--master", master, *args], env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     [summary] = [line for line in done.stdout.splitlines() if line.startswith("[replay] done:")]
-    assert "records read" in summary and "records/s while processing" in summary, summary
+    assert "records read" in summary and "records/s while processing" in summary and "command seconds" in summary, \
+        summary
     return done.stdout + done.stderr
 
 
