@@ -21,7 +21,7 @@ repartition topic; the partition itself for a source topic).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from framework.errors import PipelineError
 from framework.pipeline import steps as S
@@ -42,6 +42,7 @@ class OrderCheck:
     what: str
     stage: int
     topics: list[str]
+    fix: str = "key the input by the step's key before it is written"  # the refusal's first way out
 
 
 def order_sensitive(step: S.Step) -> str | None:
@@ -69,7 +70,13 @@ def order_checks(pipeline: Pipeline) -> list[OrderCheck]:
             continue
         inputs = sorted(pipeline.step_inputs(step.name))
         if any(stages[t] > 0 for t in inputs) or len(inputs) > 1:
-            checks.append(OrderCheck(step.name, what, max(stages[t] for t in inputs), inputs))
+            check = OrderCheck(step.name, what, max(stages[t] for t in inputs), inputs)
+            if isinstance(step, S.Table) and any(isinstance(pipeline.steps[p], S.TableTableJoin) for p in step.parents):
+                # two tables' join, read as its stream of changes: no keying of the inputs helps
+                check = replace(check, fix="join streams with the joined table instead of reading its changes "
+                                           "(to_stream), whose corrections depend on the order the two sides' "
+                                           "updates arrive in")
+            checks.append(check)
     return checks
 
 
@@ -147,5 +154,5 @@ def refusal(check: OrderCheck, mixed: list[Mixed]) -> PipelineError:
     return PipelineError(
         f"step {check.step!r} ({check.what}) receives records of one key from several upstream partitions "
         f"({keys}): live processing interleaves them by timing, so a replay cannot reproduce its intermediate "
-        "outputs. Fix: key the input by the step's key before it is written, or pass --allow-nondeterministic "
-        "to replay it anyway (what it reproduces: docs/replay.md)")
+        f"outputs. Fix: {check.fix}, or pass --allow-nondeterministic to replay it anyway (what it reproduces: "
+        "docs/replay.md)")

@@ -15,7 +15,7 @@ from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.errors import PipelineError
 from framework.pipeline import Pipeline, Topic
-from framework.replay.order import mixed_keys, order_checks, printable
+from framework.replay.order import mixed_keys, order_checks, printable, refusal
 from framework.replay.plan import ReplayPlan, stage_topics
 from framework.replay.stage import run_locally
 from framework.serde import AvroSerde, StringSerde, load_schema
@@ -51,7 +51,12 @@ def test_a_join_with_a_tables_latest_value_is_checked_and_one_by_event_time_is_n
     assert checks == {"now": ("a join with a table's latest value", ["customers", "orders"]),
                       "via-both": ("a join with a table's latest value", ["accounts", "customers", "refunds"])}
     both.to_stream().to(Topic("changes"))  # its corrections do
-    assert {c.step: c.what for c in order_checks(p)}["both"] == "a table"
+    found = {c.step: c for c in order_checks(p)}
+    assert found["both"].what == "a table"
+    # and keying its inputs cannot help: the refusal says what can
+    assert "Fix: join streams with the joined table instead of reading its changes (to_stream)" in str(
+        refusal(found["both"], [(b"ann", ["accounts[0]", "customers[1]"])]))
+    assert "Fix: key the input by the step's key" in str(refusal(found["now"], [(b"ann", ["orders[0]", "orders[1]"])]))
 
 
 def test_keys_are_shown_as_text_when_they_are_text() -> None:
