@@ -62,6 +62,7 @@ class ClusterStatus:
     under_replicated: tuple[str, ...]  # ``topic[partition]`` with fewer in-sync replicas than replicas
     instance_dir: Path
     brokers_seen: int = 0  # brokers in the cluster's metadata (0: no node answered)
+    active_controller: int | None = None  # the node leading the KRaft quorum, as the running nodes record it
 
     @property
     def running(self) -> bool:
@@ -77,6 +78,8 @@ class ClusterStatus:
         if up:
             lines.append(f"under-replicated partitions: {', '.join(self.under_replicated)}" if self.under_replicated
                          else "under-replicated partitions: none")
+            lines.append(f"active controller: node {self.active_controller}" if self.active_controller
+                         else "active controller: none elected")
         return lines
 
 
@@ -190,7 +193,24 @@ class LocalCluster:
             nodes.append(NodeStatus(i, st.running, b.bootstrap, st.pid, st.log_file))
         running = ",".join(n.bootstrap for n in nodes if n.running)
         under, seen = under_replicated(running) if running else ((), 0)
-        return ClusterStatus(tuple(nodes), self.bootstrap, under, self.instance_dir, seen)
+        return ClusterStatus(tuple(nodes), self.bootstrap, under, self.instance_dir, seen, self.active_controller())
+
+    def active_controller(self) -> int | None:
+        """The node leading the KRaft quorum (the active controller), as the running nodes'
+        ``quorum-state`` files record the leader they follow: the one of the latest epoch.
+        Kafka's clients are not told which node it is (their metadata names a random broker)."""
+        leader, epoch = None, -1
+        for i in range(1, self.nodes + 1):
+            node_dir = self.instance_dir / f"node-{i}"
+            if _pid(node_dir) is None:
+                continue
+            try:
+                state = json.loads((node_dir / "data" / "__cluster_metadata-0" / "quorum-state").read_text())
+            except (OSError, ValueError):
+                continue  # not written yet, or being rewritten
+            if int(state.get("leaderId", -1)) > 0 and int(state.get("leaderEpoch", -1)) > epoch:
+                leader, epoch = int(state["leaderId"]), int(state["leaderEpoch"])
+        return leader if leader is not None and _pid(self.instance_dir / f"node-{leader}") is not None else None
 
     def _wait_registered(self) -> None:
         """Until the metadata of every running node lists every running node as a broker."""

@@ -212,6 +212,21 @@ def test_members_ride_out_two_rolling_restarts_and_the_input_leader_chased_throu
     m.finish()
 
 
+def test_members_ride_out_the_active_controller_chased_through_five_restarts(
+        three_nodes: LocalCluster, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """The node leading the KRaft quorum restarted five times in a row, each time the new
+    leader, cleanly and SIGKILLed in turn: the other two elect a new one, and the topics'
+    metadata (leaders, in-sync replicas) moves through it meanwhile."""
+    m = Members(three_nodes, unique, tmp_path, services, 12_000, 7)
+    m.feed()
+    chased = []
+    for i in range(5):
+        wait_until(lambda: three_nodes.active_controller() is not None, 60, "an active controller")
+        chased.append(_bounce(m, lambda: three_nodes.active_controller() or 0, kill=i % 2 == 1))
+    assert all(a != b for a, b in itertools.pairwise(chased)), chased  # a new leader each time
+    m.finish()
+
+
 def test_members_wait_while_two_nodes_are_down_and_go_on_when_one_returns(
         three_nodes: LocalCluster, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
     """Two of three nodes SIGKILLed while a chunk is processed: below min.insync.replicas (and,

@@ -12,6 +12,7 @@ from confluent_kafka.admin import ConfigResource
 
 from framework.cli import cli
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+from tests.integration.harness import wait_until
 from tests.ports import worker_ports
 
 
@@ -44,6 +45,8 @@ def test_fw_broker_runs_a_local_cluster_and_one_node_of_it(tmp_path: Path) -> No
         assert lines[0].startswith("cluster of 3 nodes, 2 running")
         assert lines[2].startswith(f"  node 2: stopped 127.0.0.1:{port + 2}")
         assert lines[1].startswith("  node 1: running") and lines[3].startswith("  node 3: running")
+        wait_until(lambda: run.invoke(cli, ["broker", "status"], env=env).output.splitlines()[-1] in (
+            "active controller: node 1", "active controller: node 3"), 60, "a controller among the running nodes")
         again = run.invoke(cli, ["broker", "start", "--node", "2"], env=env)
         assert again.exit_code == 0, again.output
         status = run.invoke(cli, ["broker", "status"], env=env)
