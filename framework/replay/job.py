@@ -695,7 +695,14 @@ def replay(sc: SparkContext, plan: ReplayPlan) -> dict[str, Any]:
     if plan.archive:
         assert spark is not None
         _archive_ranges(spark, plan)
-    check_order(sc, spark, plan)  # before the bootstrap empties the changelogs
+    try:
+        check_order(sc, spark, plan)  # before the bootstrap empties the changelogs
+    except PipelineError:
+        if plan.backfill and not plan.resumed:  # nothing written: the ledger forgets it, as if never asked
+            from framework.replay.ledger import Backfill, forget
+
+            forget(_kafka_settings(plan), plan.service, [Backfill.from_dict(plan.backfill)])
+        raise
     if plan.bootstrap:
         from framework.replay.handover import prepare_bootstrap
 

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from framework.engine.partitioner import partition_for
 from framework.kafka.groups import active_members
+from framework.replay import ledger
 from framework.replay.launch import wait_for_archives
 from framework.replay.plan import output_topics
 from framework.replay.submit import cache_dir, connector_jars
@@ -315,6 +316,8 @@ def test_a_key_fed_from_two_upstream_partitions_is_refused_before_anything_is_wr
     changelogs = [pipeline.changelog_topic(s) for s in pipeline.store_names()]
     assert {t: rs for t, rs in read_topics(kafka_bootstrap, written + changelogs).items() if rs} == {}
     _nothing_committed(kafka_bootstrap, pipeline.name, [source, pipeline.repartition_topic("parity")])
+    # and the backfill's ledger forgot it: run again, it is refused again, not "continued"
+    assert ledger.read_ledger({"bootstrap.servers": kafka_bootstrap}, pipeline.name) == []
 
 
 def test_the_same_numbers_keyed_upstream_replay_as_the_live_run(kafka_bootstrap: str, unique: str, tmp_path: Path,
