@@ -234,6 +234,7 @@ class Observer:
             recovery = getattr(svc, "recovery", None)
             self.state = ("waiting for the cluster" if recovery is not None and recovery.active and recovery.unreachable
                           else "recovering" if recovery is not None and recovery.active
+                          else "rejoining" if svc.assignment.rejoining
                           else "starting" if not svc.assignment.has_assignment
                           else "restoring" if restoring_parts else "running")
         ready = self.state == "running"

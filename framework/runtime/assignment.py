@@ -31,7 +31,8 @@ class Assignment:
         self.checkpointer, self.holds, self.standby = checkpointer, holds, standby
         self.recovering, self.publish, self.timeout_s = recovering, publish, timeout_s
         self.assigned: set[TP] = set()
-        self.has_assignment = False  # the group gave this member its first assignment
+        self.has_assignment = False  # the group gave this member its first assignment (since a loss)
+        self.rejoining = False  # it lost its partitions and has no assignment again yet
         self.rebalances = {"assigned": 0, "revoked": 0, "lost": 0}
         self.stall: StallWatch | None = None  # told when an assignment ends a member's idleness
 
@@ -40,7 +41,7 @@ class Assignment:
         to hold paused until their restore is done (``restored`` resumes them)."""
         self.assigned |= set(tps)
         self.holds.disturb(f"partitions {sorted(tps)} assigned to member {self.instance}")
-        self.has_assignment = True
+        self.has_assignment, self.rejoining = True, False
         if self.stall is not None:
             self.stall.idle_with_lag = None
         self.rebalances["assigned"] += 1
@@ -75,6 +76,7 @@ class Assignment:
         log.log(level, "partitions lost %s (the group's session timed out, or the group removed this member): the "
                 "open interval is dropped, and processed again by whoever gets them", sorted({p for _, p in tps}))
         self.rebalances["lost"] += 1
+        self.has_assignment, self.rejoining = False, True  # not ready until the group assigns again
         self.holds.disturb(f"partitions {sorted(tps)} lost by member {self.instance}")
         self._drop(tps)
         self.checkpointer.break_interval(PARTITIONS_LOST)  # said above: the recovery says it at INFO
