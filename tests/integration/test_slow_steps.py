@@ -1,8 +1,8 @@
 """A slow step never takes a member down, on the real broker (docs/operations.md, "Slow steps").
 
 The case users meet first: a step that calls another service takes 40 ms a record. With the
-checkpoint on time rather than per batch, a member holding 3,000 such records (over two
-minutes of work, past the 60 s transaction timeout) checkpoints every second, its /status
+checkpoint on time rather than per batch, a member holding 2,000 such records (80 s
+of work, past the 60 s transaction timeout) checkpoints every second, its /status
 moves, and everything is committed exactly once; one record far slower than the others gets
 one WARNING naming the step and the record.
 """
@@ -25,7 +25,7 @@ from tests.integration.harness import (
 from tests.present import present
 
 TARGET = "tests.integration.pipelines:slow_spend"
-RECORDS, USERS, SLOW = 3000, 20, 1234
+RECORDS, USERS, SLOW = 2000, 20, 1234
 
 
 def test_a_step_of_40_ms_a_record_checkpoints_every_second_and_loses_nothing(

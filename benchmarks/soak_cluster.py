@@ -1,0 +1,144 @@
+"""Soak: two exactly-once members on a three-node cluster while its nodes are SIGKILLed, one
+at a time, every ``--every`` seconds for ``--minutes``.
+
+Starts a three-node KRaft cluster of its own (``LocalCluster``: every node broker and
+controller, RF 3, min ISR 2, on free ports in a temporary directory), two members of the
+even/odd test service (the default 45 s session, 200 ms checkpoints) and a producer that
+keeps writing numbers at ``--rate`` records/s. Every ``--every`` seconds it SIGKILLs a node
+(in turn: the one leading the input's partition 0, the one coordinating member 0's
+transactions, the group's coordinator, then round again; the first of those that is not the
+node killed last) and starts it again 5-20 s later (random, ``--seed``). Per fault it prints
+the node and what it led, how long it was down, the longest pause in the outputs (read
+committed) from the kill to the next fault, and the /health and /ready answers meanwhile. At
+the end: every output awaited, both members stopped, the exactly-once audit
+(``even_odd_anomalies``) and whether either member exited or restarted.
+
+    .venv/bin/python benchmarks/soak_cluster.py                      # 10 minutes, a SIGKILL a minute
+    .venv/bin/python benchmarks/soak_cluster.py --minutes 3 --every 45
+
+Outside the test suite; its figures are in docs/operations.md ("A service while nodes fail
+and restart").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.soak_outage import KEYS, Feeder, _health
+from framework.broker.cluster import LocalCluster
+from framework.broker.local import free_ports
+from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
+from tests.integration.harness import (
+    EvenOddOutputs,
+    ServiceProcess,
+    even_odd_anomalies,
+    service_env,
+    wait_until,
+)
+from tests.integration.test_cluster_faults import _coordinator, _leader
+
+TARGET = "tests.integration.pipelines:even_odd"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0, help="how long nodes are killed")
+    ap.add_argument("--every", type=float, default=60.0, help="seconds from one SIGKILL to the next")
+    ap.add_argument("--rate", type=int, default=2000, help="input records per second")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+
+    work = Path(tempfile.mkdtemp(prefix="fw-soak-cluster-"))
+    cluster = LocalCluster(work / "cluster", free_ports(29600, 29990, 6), nodes=3)
+    cluster.start()
+    bootstrap = cluster.bootstrap
+    suffix = f"soakc{os.getpid()}"
+    source = f"numbers-{suffix}"
+    ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec(source, 4)])
+    env = service_env(bootstrap, suffix, checkpoint_interval_ms=200, batch_size=1000)
+    del env["FW_KAFKA_CONSUMER__SESSION_TIMEOUT_MS"]  # the default's 45 s, as a production member has
+    env["FW_OBSERVE__PORT"] = "0"
+    members = [ServiceProcess(TARGET, work, str(i), env).start() for i in range(2)]
+    urls = [m.endpoint() for m in members]
+    feeder = Feeder(bootstrap, source, args.rate)
+    feeder.start()
+    out = EvenOddOutputs(bootstrap, suffix, 0)
+    roles = {
+        "input leader": lambda: _leader(bootstrap, source, 0),
+        "member 0's transaction coordinator": lambda: _coordinator(bootstrap, "__transaction_state", f"eo-{suffix}-0"),
+        "group coordinator": lambda: _coordinator(bootstrap, "__consumer_offsets", f"eo-{suffix}"),
+    }
+    rc, last, pauses = 0, 0, []
+    try:
+        wait_until(lambda: sum(out.drain()) > 1000, 120, "first outputs", members[0].log_text)
+        end = time.monotonic() + args.minutes * 60
+        turn = 0
+        while time.monotonic() < end and all(m.alive for m in members):
+            names = list(roles)[turn % 3:] + list(roles)[:turn % 3]
+            turn += 1
+            role, node = next(((r, roles[r]()) for r in names if roles[r]() != last), (names[0], roles[names[0]]()))
+            led = [r for r in roles if roles[r]() == node]
+            down_s = rng.uniform(5, 20)
+            fault_at = time.monotonic()
+            cluster.stop(node, kill=True)
+            last = node
+            codes: dict[str, set[int]] = {"health": set(), "ready": set()}
+            seen, seen_at, longest = sum(out.drain()), fault_at, 0.0
+            started = False
+            while time.monotonic() - fault_at < args.every and all(m.alive for m in members):
+                if not started and time.monotonic() - fault_at >= down_s:
+                    cluster.start(node)
+                    started = True
+                now_seen = sum(out.drain())
+                if now_seen > seen:
+                    seen, seen_at = now_seen, time.monotonic()
+                longest = max(longest, time.monotonic() - seen_at)
+                for url in urls:
+                    codes["health"].add(_health(url + "/health"))
+                    codes["ready"].add(_health(url + "/ready"))
+                time.sleep(0.5)
+            if not started:
+                cluster.start(node)
+            pauses.append(longest)
+            print(f"SIGKILL node {node} ({', '.join(led) or role}) for {down_s:.0f} s: longest pause in the outputs "
+                  f"{longest:.1f} s; /health {sorted(codes['health'])}, /ready {sorted(codes['ready'])}", flush=True)
+        feeder.halt.set()
+        feeder.join()
+        n = feeder.next - 1
+        out.n = n
+        alive = [m.alive for m in members]
+        if all(alive):
+            wait_until(out.complete, 600, "every output", lambda: str(out.drain()))
+        for m in members:
+            if m.alive:
+                m.stop()
+        anomalies = even_odd_anomalies(out, n, KEYS)
+        clean = all(v == 0 for a in anomalies.values() for v in a.values())
+        print(f"{len(pauses)} node SIGKILLs in {args.minutes:.0f} min; longest pause in the outputs "
+              f"{max(pauses, default=0):.1f} s (median {sorted(pauses)[len(pauses) // 2] if pauses else 0:.1f} s); "
+              f"members alive throughout: {all(alive)}, started once each: {[m.starts for m in members] == [1, 1]}; "
+              f"{n:,} inputs; exactly-once audit {'clean' if clean else 'FAILED'}: {anomalies}", flush=True)
+        rc = 0 if clean and all(alive) else 1
+    finally:
+        feeder.halt.set()
+        for m in members:
+            if m.alive:
+                m.kill()
+        out.close()
+        cluster.wipe()
+        print(f"member logs: {', '.join(str(m.log_path) for m in members)}", flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
