@@ -163,3 +163,46 @@ def test_on_error_fail_names_the_input_record_and_the_step(kafka_bootstrap: str,
     assert last == (f"error: {source}[{p}]@1 (through {through}) in step 'check': ValueError: negative amount -1 "
                     f"{CHECK_FIX}")
     assert read_topic(kafka_bootstrap, f"to-{unique}-dead-letter") == []
+
+
+def test_fw_group_skip_moves_a_stopped_service_past_the_record_it_failed_at_and_no_other(
+        kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
+    """Under on_error=fail the member stops at bob's record (behind the by-user repartition
+    topic); ``fw group skip`` refuses the source record (the group has read past it) and skips
+    the one the group reads next; started again, the member processes what follows."""
+    source = f"to-orders-{unique}"
+    env = {**service_env(kafka_bootstrap, unique), "FW_PROCESSING__ON_ERROR": "fail"}
+    svc = ServiceProcess(TARGET, tmp_path, "0", env).start()
+    svc.endpoint()
+    inputs = _inputs()
+    p = _produce(kafka_bootstrap, source, [inputs[0], inputs[2]])
+    assert svc.wait_exit(120) != 0
+    [failed] = [r for r in read_topic(kafka_bootstrap, f"to-{unique}-by-user-repartition")
+                if r.headers.get("fw.origin") == f"{source}[{p}]@1".encode()]
+    through = f"to-{unique}-by-user-repartition:{failed.partition}:{failed.offset}"
+
+    def skip(record: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", "from framework.cli import main; main()", "group", "skip",
+                               TARGET, record], env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    refused = skip(f"{source}:{p}:1")
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith(f"error: group to-{unique} reads {source}[{p}] from 2 (its committed offset), "
+                                     "not 1: a skip moves past the next record only"), refused.stderr
+    done = skip(through)
+    assert done.returncode == 0, done.stderr
+    at = f"to-{unique}-by-user-repartition[{failed.partition}]"
+    assert done.stdout == f"skipped {at}@{failed.offset}: group to-{unique} reads {at} from {failed.offset + 1}\n"
+
+    produce_values(kafka_bootstrap, source, [(b"k", inputs[4], T0 + 4)])
+    svc.start()
+
+    def bands() -> dict[str, int]:
+        return {r.key.decode(): json.loads(r.value) for r in read_topic(kafka_bootstrap, f"to-bands-{unique}")
+                if r.key is not None and r.value is not None}
+
+    wait_until(lambda: bands() == {"small": 1, "large": 1}, 120, "ann's two orders counted", svc.log_text)
+    assert svc.alive
+    assert svc.stop() == 0
+    assert read_topic(kafka_bootstrap, f"to-{unique}-dead-letter") == []
