@@ -1,10 +1,12 @@
 """Faults beyond a killed member, on the real broker: the broker itself SIGKILLed and
-restarted under a running exactly-once service, and a member that loses its local state
-while it is dead. A read_committed consumer must see every expected output exactly once, and
-the final state must equal a run without faults.
+restarted under a running exactly-once service (on one broker, and on a three-node cluster
+every node at once: a power cut), and a member that loses its local state while it is dead.
+A read_committed consumer must see every expected output exactly once, and the final state
+must equal a run without faults.
 
-The broker killed here is the test's own (``LocalBroker`` on its own ports and directory),
-so the suite's broker is never touched.
+The brokers killed here are the test's own (``LocalBroker``, ``LocalCluster`` on their own
+ports and directories), so the suite's broker is never touched. One node of a cluster at a
+time, and two of three, are tests/integration/test_cluster_faults.py's.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import random
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from framework.broker.cluster import LocalCluster
 from framework.broker.local import LocalBroker
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
 from tests.integration.harness import (
@@ -33,6 +36,7 @@ from tests.integration.harness import (
     sigkill_broker,
     wait_until,
 )
+from tests.ports import worker_ports
 
 N = 30_000
 KEYS = 500
@@ -63,17 +67,50 @@ def _more_than(out: EvenOddOutputs, outputs: int) -> Callable[[], bool]:
 
 # -- the tests ---------------------------------------------------------------------------
 
+class Brokers:
+    """The brokers a test kills: one ``LocalBroker``, or every node of a ``LocalCluster``
+    at once."""
+
+    def __init__(self, one: LocalBroker | None = None, cluster: LocalCluster | None = None) -> None:
+        self.one, self.cluster = one, cluster
+        self.bootstrap = one.bootstrap if one is not None else cluster.bootstrap  # type: ignore[union-attr]
+
+    def kill(self) -> None:
+        if self.one is not None:
+            sigkill_broker(self.one)
+        else:
+            assert self.cluster is not None
+            self.cluster.stop(kill=True)
+
+    def start(self) -> None:
+        (self.one or self.cluster).start()  # type: ignore[union-attr]
+
+
+@pytest.fixture(params=["one broker", "three nodes"])
+def brokers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
+    if request.param == "one broker":
+        yield Brokers(one=request.getfixturevalue("broker"))
+        return
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), worker_ports(6), nodes=3)
+    cluster.start()
+    try:
+        yield Brokers(cluster=cluster)
+    finally:
+        cluster.wipe()
+
+
 @pytest.mark.chaos
 def test_a_service_rides_out_broker_sigkills_and_restarts_exactly_once(
-        broker: LocalBroker, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
-    """The broker is SIGKILLed at a random moment while the member processes, twice, and
-    started again on its directory each time: the member survives every restart (as a Kafka
-    Streams member does: its clients reconnect, the group gives up on it and takes it back,
-    the interval it had open is aborted and processed again) and nothing is lost or doubled.
-    Its producer must not re-bootstrap: librdkafka's re-bootstrap left the first checkpoint
-    after a restart waiting forever in send_offsets_to_transaction."""
+        brokers: Brokers, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """The broker (every node of the cluster) is SIGKILLed at a random moment while the
+    member processes, twice, and started again on its directory each time: the member
+    survives every restart (as a Kafka Streams member does: its clients reconnect, the group
+    gives up on it and takes it back, the interval it had open is aborted and processed
+    again) and nothing is lost or doubled. Its producer must not re-bootstrap: librdkafka's
+    re-bootstrap left the first checkpoint after a restart waiting forever in
+    send_offsets_to_transaction."""
     rng = random.Random(unique)
-    bootstrap = broker.bootstrap
+    bootstrap = brokers.bootstrap
     _create_input(bootstrap, unique)
     svc = ServiceProcess(TARGET, tmp_path, "0", _env(bootstrap, unique))
     services.append(svc.start())
@@ -84,8 +121,8 @@ def test_a_service_rides_out_broker_sigkills_and_restarts_exactly_once(
         _feed(bootstrap, unique, chunk)
         wait_until(_more_than(out, progress), 120, "progress before the broker is killed", svc.log_text)
         time.sleep(rng.uniform(0.0, 1.0))  # a random moment: no result may depend on it
-        sigkill_broker(broker)
-        broker.start()
+        brokers.kill()
+        brokers.start()
         assert svc.alive, f"the member exited when the broker restarted:\n{svc.log_text()[-3000:]}"
     _feed(bootstrap, unique, chunks[2])
     wait_until(out.complete, 180, "all outputs", lambda: f"{out.drain()}\n{svc.log_text()[-3000:]}")
