@@ -205,6 +205,7 @@ def _ensure(tag: str, recipe: str, files: dict[str, Path]) -> Built:
             (shutil.copytree if source.is_dir() else shutil.copy2)(source, context / name)
         podman("build", "--network", "host", "--label", f"{LABEL}={inputs}", "-t", tag,
                "-f", str(context / "Containerfile"), str(context), timeout_s=1800)
+    _prune()
     return _built(tag, started, True)
 
 
@@ -241,7 +242,14 @@ def _ensure_services(project: str) -> Built:
     # of the same Dockerfile and context take their layers from it.
     _run([sys.executable, "-m", "podman_compose", "--parallel", "1", "-p", project,
           "-f", str(COMPOSE_FILE), f"--podman-build-args={build_args}", "build"], cwd=ROOT)
+    _prune()
     return _built(next(iter(tags.values())), started, True)
+
+
+def _prune() -> None:
+    """Remove the images a rebuild left without a tag (the previous build's layers): the store
+    would otherwise grow by a services' image (about 1 GB) at every edit of the framework."""
+    podman("image", "prune", "--force")
 
 
 def _wheelhouse() -> Path:

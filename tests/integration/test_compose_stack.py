@@ -116,10 +116,11 @@ def stack() -> Iterator[float]:
     missing = missing_tools()
     assert not missing, (f"the container tests need Debian's {', '.join(missing)}: scripts/test installs "
                          f"them (apt-get install {' '.join(missing)})")
+    build_all(PROJECT, log=lambda line: print(f"[images] {line}"))
+    podman("rm", "-f", HEALTH_PROBE, check=False)  # what a killed earlier run left behind
+    compose("down", "-v", "--timeout", "5", check=False)
     busy = [p for p in (9092, 9090) if port_taken(p)]
     assert not busy, f"docker-compose.yml publishes ports {busy}, already taken on this machine"
-    build_all(PROJECT, log=lambda line: print(f"[images] {line}"))
-    compose("down", "-v", "--timeout", "5", check=False)  # what a killed earlier run left behind
     started = time.monotonic()
     try:
         compose("up", "-d")
