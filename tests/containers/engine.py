@@ -5,6 +5,8 @@ default ``~/.cache/fw``), in ``containers/``::
 
     containers/containers.conf   the engine's settings (below), passed as CONTAINERS_CONF
     containers/storage.conf      where images and containers are stored, CONTAINERS_STORAGE_CONF
+    containers/registries.conf   no registry to search: a short name is a local image,
+                                 CONTAINERS_REGISTRIES_CONF
     containers/storage/          the image store: the images ``tests.containers.images`` builds
 
 so the tests' images stay apart from a developer's own podman images and survive between runs,
@@ -20,6 +22,11 @@ The settings, each for a reason of this kind of machine (a sandbox without syste
 - ``network_backend = "netavark"``: with Debian's aardvark-dns, containers on a compose network
   find each other by service name (``kafka:9092``); netavark needs ``iptables`` for the
   network's NAT and published ports.
+
+- no registry searched for a short name (``unqualified-search-registries = []``): nothing can
+  be pulled here, and the images the compose file and the ``Dockerfile`` name by short name
+  (``python:3.11-slim``, ``apache/kafka:4.1.1``) are the local stand-ins, stored as
+  ``localhost/<name>``; on a user's machine the same short names are pulled from the registry.
 
 Without systemd podman has no timers for healthchecks: a container's healthcheck runs only when
 ``podman healthcheck run`` asks for it (the tests do, as the engine's timer would).
@@ -58,6 +65,13 @@ events_logger = "file"
 network_backend = "netavark"
 """
 
+_REGISTRIES_CONF = """\
+# Written by tests/containers/engine.py: no registry is searched for a short image name; the
+# tests' images are local (localhost/<name>), built from Debian's packages and Maven Central.
+unqualified-search-registries = []
+short-name-mode = "permissive"
+"""
+
 
 def engine_dir() -> Path:
     """``$FW_HOME/containers``: the engine's configuration and image store."""
@@ -68,14 +82,16 @@ def engine_env() -> dict[str, str]:
     """``os.environ`` with the engine's configuration files (written on first use)."""
     root = engine_dir()
     root.mkdir(parents=True, exist_ok=True)
-    conf, storage = root / "containers.conf", root / "storage.conf"
+    conf, storage, registries = root / "containers.conf", root / "storage.conf", root / "registries.conf"
     _write_if_changed(conf, _CONTAINERS_CONF)
+    _write_if_changed(registries, _REGISTRIES_CONF)
     # The run root holds locks and runtime state, so it belongs on /run (a tmpfs, emptied at
     # boot); the image store persists under the cache.
     run_root = Path("/run") / f"fw-containers-{os.getuid()}"
     _write_if_changed(storage, f'[storage]\ndriver = "overlay"\ngraphroot = "{root / "storage"}"\n'
                                f'runroot = "{run_root}"\n')
-    return {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_STORAGE_CONF": str(storage)}
+    return {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_STORAGE_CONF": str(storage),
+            "CONTAINERS_REGISTRIES_CONF": str(registries)}
 
 
 def missing_tools() -> list[str]:

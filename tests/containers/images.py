@@ -62,7 +62,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 KAFKA_CONTEXT = Path(__file__).resolve().parent / "kafka"
 LABEL = "fw.inputs"
 BASE_TAG = "localhost/fw-debian:bookworm"
-PYTHON_TAG = "docker.io/library/python:3.11-slim"  # the Dockerfile's FROM, as podman names it
+PYTHON_TAG = "localhost/python:3.11-slim"  # the Dockerfile's FROM, as the tests' podman finds it (engine.py)
 # The compose project the tests run (podman-compose -p): the services' images are named after it.
 STACK_PROJECT = "fwstack"
 
@@ -126,7 +126,7 @@ class Built:
 
 def compose_images() -> dict[str, str]:
     """The ``image:`` of each compose service that names one (not built from the Dockerfile),
-    fully qualified as podman stores it (``apache/kafka:4.1.1`` -> ``docker.io/apache/kafka:4.1.1``)."""
+    as the tests' podman stores it: a local image (``apache/kafka:4.1.1`` -> ``localhost/apache/kafka:4.1.1``)."""
     services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
     return {name: _qualified(entry["image"]) for name, entry in services.items() if "image" in entry}
 
@@ -142,7 +142,7 @@ def build_all(project: str, log: Callable[[str], None] = print) -> list[Built]:
     images = compose_images()
     built = [ensure_base(), _ensure(PYTHON_TAG, PYTHON_RECIPE, {})]
     kafka = images["kafka"]
-    if not kafka.startswith("docker.io/apache/kafka:"):
+    if not kafka.startswith("localhost/apache/kafka:"):
         raise RuntimeError(f"docker-compose.yml's kafka image is {kafka}; the stand-in imitates apache/kafka")
     built.append(_ensure(kafka, (KAFKA_CONTEXT / "Containerfile").read_text(), _kafka_context()))
     built.append(_ensure(images["prometheus"], PROMETHEUS_RECIPE, {}))
@@ -300,10 +300,11 @@ def _built(tag: str, started: float, rebuilt: bool) -> Built:
 
 
 def _qualified(image: str) -> str:
+    """A short name as the tests' podman resolves it: no registry is searched (engine.py)."""
     first = image.split("/")[0]
     if "." in first or ":" in first or first == "localhost":
         return image
-    return f"docker.io/{image}" if "/" in image else f"docker.io/library/{image}"
+    return f"localhost/{image}"
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> None:
