@@ -106,7 +106,7 @@ def run_demo(bootstrap: str, records: int, *, sensors: int = 8, keep_topics: boo
         try:
             readings = make_readings(records, sensors, seed)
             yield from _run(pipeline, config, source, means_topic, alerts_topic, readings, sensors, module.RISE_C)
-            yield from _check_windows(config, windows_topic, readings, module.WINDOW_MS)
+            yield from check_windows(config, windows_topic, readings, module.WINDOW_MS)
         finally:
             if not keep_topics:
                 delete_topics(bootstrap, _topics_of(pipeline), extra=security)
@@ -115,8 +115,6 @@ def run_demo(bootstrap: str, records: int, *, sensors: int = 8, keep_topics: boo
 def _run(pipeline: Pipeline, config: Config, source: Topic, means_topic: Topic,
          alerts_topic: Topic, readings: list[dict[str, Any]], sensors: int,
          rise: float) -> Iterator[str]:
-    bootstrap, security = config.kafka.bootstrap_servers, dict(config.kafka.security)
-
     produce(source, ((r["id"], r, r["timestamp"]) for r in readings), config=config)
     yield f"produced {len(readings)} Avro readings of {sensors} sensors to {source.name}"
 
@@ -135,12 +133,21 @@ def _run(pipeline: Pipeline, config: Config, source: Topic, means_topic: Topic,
     yield (f"service {pipeline.name} ({config.processing.guarantee}): "
            f"{service.records_processed} records processed (source + repartition) "
            f"in {elapsed:.1f}s")
+    yield from check_outputs(config, means_topic, alerts_topic, readings, rise)
 
+
+def check_outputs(config: Config, means_topic: Topic, alerts_topic: Topic,
+                  readings: list[dict[str, Any]], rise: float, timeout_s: float = 60.0) -> Iterator[str]:
+    """Read the sensors service's means and alerts (``read_committed``, waiting up to
+    ``timeout_s`` for one mean per reading) and check them against ``expected_results``:
+    per sensor, as many means as readings (a duplicate or a loss shows), the last mean and
+    the alert count. Yields the lines to print; raises ``FrameworkError`` on a difference."""
+    bootstrap, security = config.kafka.bootstrap_servers, dict(config.kafka.security)
     key_de = means_topic.key_serde.bind(means_topic.name, True).deserialize
     mean_de = means_topic.value_serde.bind(means_topic.name, False).deserialize
     counts: dict[str, int] = defaultdict(int)
     last_mean: dict[str, float] = {}
-    means = read_committed(bootstrap, means_topic.name, len(readings), 60.0, extra=security)
+    means = read_committed(bootstrap, means_topic.name, len(readings), timeout_s, extra=security)
     for kb, vb in means:
         assert kb is not None and vb is not None  # every mean has its sensor as the key
         sensor = key_de(kb)
@@ -148,7 +155,7 @@ def _run(pipeline: Pipeline, config: Config, source: Topic, means_topic: Topic,
         last_mean[sensor] = mean_de(vb)  # a partition holds a sensor's means in order
     alerts: dict[str, int] = defaultdict(int)
     alert_key_de = alerts_topic.key_serde.bind(alerts_topic.name, True).deserialize
-    for kb, _vb in read_committed(bootstrap, alerts_topic.name, None, 60.0, extra=security):
+    for kb, _vb in read_committed(bootstrap, alerts_topic.name, None, timeout_s, extra=security):
         assert kb is not None  # every alert has its sensor as the key
         alerts[alert_key_de(kb)] += 1
     yield (f"read {len(means)} means from {means_topic.name} and {sum(alerts.values())} "
@@ -171,7 +178,8 @@ def _run(pipeline: Pipeline, config: Config, source: Topic, means_topic: Topic,
         for sensor in wrong:
             yield f"MISMATCH {sensor}: expected (readings, mean, alerts) = {expected.get(sensor)}"
         raise FrameworkError(
-            f"the outputs of {pipeline.name} differ from a direct computation for {wrong}")
+            f"the outputs in {means_topic.name} and {alerts_topic.name} differ from a direct "
+            f"computation for {wrong}")
     yield ("check: readings, means and alerts equal a direct computation over the produced "
            f"readings (alert: a rise of more than {rise:g} °C over the sensor's previous one)")
 
@@ -184,7 +192,7 @@ def expected_window_means(readings: list[dict[str, Any]], window_ms: int) -> dic
     return {k: math.fsum(t) / len(t) for k, t in temps.items()}
 
 
-def _check_windows(config: Config, topic: Topic, readings: list[dict[str, Any]], window_ms: int) -> Iterator[str]:
+def check_windows(config: Config, topic: Topic, readings: list[dict[str, Any]], window_ms: int) -> Iterator[str]:
     """The event-time minute means that fired equal a direct computation; windows still open
     when the demo stopped (the watermark had not passed them) have not fired."""
     bootstrap, security = config.kafka.bootstrap_servers, dict(config.kafka.security)
