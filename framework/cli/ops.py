@@ -237,31 +237,6 @@ def group_reset(service: str, to: str, dry_run: bool, as_json: bool, config_file
                *plan.notes, "dry run: nothing was changed" if dry_run else "reset done"])
 
 
-@group.command("skip")
-@click.argument("service")
-@click.argument("record", metavar="TOPIC:PARTITION:OFFSET")
-@click.option("--dry-run", is_flag=True, help="Check and show the skip; change nothing.")
-@_common
-def group_skip(service: str, record: str, dry_run: bool, as_json: bool, config_file: str | None) -> None:
-    """Move SERVICE's group past one record of its input: the one a member under
-    on_error="fail" stopped at (its error names it topic[partition]@offset). Refused while
-    the group has members, and unless that record is the next one the group reads, so that
-    nothing else is skipped. The record is never processed: fw topics tail --from
-    TOPIC:PARTITION:OFFSET -n 1 shows it first."""
-    pipeline = service_pipeline(service, "group skip")
-    settings = client_settings(load_config(config_file))
-    plan = G.plan_skip(settings, pipeline, record)
-    if not dry_run:
-        G.apply_skip(settings, plan)
-    if as_json:
-        out.emit_json(plan.as_dict())
-        return
-    at = f"{plan.topic}[{plan.partition}]"
-    click.echo(f"dry run: group {plan.group} would read {at} from {plan.offset + 1}, past record {plan.offset}; "
-               "nothing was changed" if dry_run else
-               f"skipped {at}@{plan.offset}: group {plan.group} reads {at} from {plan.offset + 1}")
-
-
 def _listed(names: Iterable[str]) -> str:
     return ", ".join(sorted(names)) or "none"
 

@@ -1,4 +1,4 @@
-"""``fw group describe | reset | skip``: a service's consumer group.
+"""``fw group describe | reset``: a service's consumer group.
 
 **Describe** shows the members (client id, host, assigned partitions) and, per partition of
 the service's input topics (or, for a bare group id, of the topics it has offsets for), the
@@ -27,12 +27,6 @@ running member would go on from its own positions and state); then
 It leaves the user's topics: sources, outputs (the rerun appends to them, and says so), the
 dead letters, and the backfill ledger with its marker groups, which describe outputs that
 are still there (``fw replay --clean`` forgets them).
-
-**Skip** moves the group past one record of its input, the one a member under
-``on_error="fail"`` stops at (its error names it ``topic[partition]@offset``): refused while
-the group has members, and unless that record is the next one the group reads (its committed
-offset there), so that nothing but it is skipped. The state and outputs stay as they are: the
-record is never processed (``fw topics tail --from topic:partition:offset -n 1`` shows it).
 """
 
 from __future__ import annotations
@@ -42,10 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.errors import ConfigError, RuntimeProblem
 from framework.kafka.groups import commit_offsets, delete_group, recreate_topics, remove_topics
 from framework.kafka.inspect import Cluster, GroupInfo
-from framework.kafka.offsets import explicit_offsets, resolve_positions
+from framework.kafka.offsets import resolve_positions
 from framework.ops.cleanup import ELSEWHERE, drop_local, refuse_while_running, survey
 from framework.pipeline.definition import Pipeline
 from framework.pipeline.internal import ledger_topic
@@ -189,60 +182,3 @@ def _notes(plan: ResetPlan, pipeline: Pipeline) -> list[str]:
                      f"fw replay {pipeline.target or 'MODULE:PIPELINE'} --clean forgets them")
     notes.append(ELSEWHERE.format(service=pipeline.name))
     return notes
-
-
-@dataclass
-class SkipPlan:
-    """Group ``group`` moves past the record at ``offset`` of ``topic[partition]``."""
-
-    group: str
-    topic: str
-    partition: int
-    offset: int
-    applied: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "topic": self.topic, "partition": self.partition, "skipped": self.offset,
-                "before": self.offset, "after": self.offset + 1, "applied": self.applied}
-
-
-def plan_skip(settings: Mapping[str, Any], pipeline: Pipeline, record: str) -> SkipPlan:
-    """The skip of ``record`` (``topic:partition:offset``) by ``pipeline``'s group, checked:
-    a topic the service reads, a record the log holds, and the next one the group reads."""
-    found = explicit_offsets(record)
-    if found is None or len(found) != 1:
-        raise ConfigError(f"{record!r} is not one record: give it as topic:partition:offset, as the error that "
-                          "stopped the service names it (topic[partition]@offset)")
-    [((topic, partition), offset)] = found.items()
-    group = pipeline.name
-    read = pipeline.input_topics()
-    if topic not in read:
-        raise ConfigError(f"service {group} does not read {topic!r}: it reads {', '.join(sorted(read))}")
-    refuse_while_running(settings, group, "a skip", "skip")
-    cluster = Cluster(settings)
-    try:
-        bounds = cluster.offsets(topic).get(partition)
-        committed = cluster.committed(group).get((topic, partition))
-    finally:
-        cluster.close()
-    if bounds is None:
-        raise ConfigError(f"{topic} has no partition {partition}")
-    first, end = bounds
-    if not first <= offset < end:
-        raise RuntimeProblem(f"{topic}[{partition}] holds offsets {first} to {end - 1}: there is no record {offset}")
-    next_read = first if committed is None else committed
-    if next_read != offset:
-        where = "nothing committed: it starts at the log's first offset" if committed is None else "its committed offset"
-        raise RuntimeProblem(f"group {group} reads {topic}[{partition}] from {next_read} ({where}), not {offset}: a "
-                             f"skip moves past the next record only, so that nothing else is skipped. Fix: skip "
-                             f"{topic}:{partition}:{next_read} if that is the record, or reset the group (fw group "
-                             "reset) to move further")
-    return SkipPlan(group, topic, partition, offset)
-
-
-def apply_skip(settings: Mapping[str, Any], plan: SkipPlan) -> SkipPlan:
-    """Commit the offset after the skipped record; refused if a member joined meanwhile."""
-    refuse_while_running(settings, plan.group, "a skip", "skip")
-    commit_offsets(settings, plan.group, {(plan.topic, plan.partition): plan.offset + 1})
-    plan.applied = True
-    return plan
