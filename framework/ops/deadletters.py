@@ -60,7 +60,8 @@ _TXN_TIMEOUT_S = 60.0
 @dataclass(frozen=True)
 class Letter:
     """One dead letter as read: where it is, its timestamp, key, value and headers (all, in
-    order), and what its headers say (``step``, ``error``: type and message)."""
+    order), and what its headers say: the ``step``, the error's type (``kind``, ``fw.error.type``:
+    the exception's class) and message (without the coordinates and the fix)."""
 
     topic: str
     partition: int
@@ -70,6 +71,7 @@ class Letter:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     step: str
+    kind: str
     error: str
     origin: str
 
@@ -95,11 +97,9 @@ def letter_of(record: ReadRecord) -> Letter | None:
     found = dead_letter_of(dict(record.headers))
     if found is None:
         return None
-    kind = dict(record.headers).get("fw.error.type")
-    kind_text = "" if kind is None else kind.decode("utf-8", "replace")
+    kind = dict(record.headers).get("fw.error.type") or b""
     return Letter(record.topic, record.partition, record.offset, record.timestamp or 0, record.key, record.value,
-                  tuple(record.headers), found.step, f"{kind_text}: {found.error}" if kind_text else found.error,
-                  found.origin)
+                  tuple(record.headers), found.step, kind.decode("utf-8", "replace"), found.error, found.origin)
 
 
 def since_ms(since: str | None) -> int | None:
@@ -118,11 +118,12 @@ def since_ms(since: str | None) -> int | None:
 
 @dataclass
 class Group:
-    """The dead letters of one step and error: how many, the first and last timestamp (ms),
+    """The dead letters of one step and error (its type and message): how many, the first and last timestamp (ms),
     one example's coordinates, how many are dead letters of re-driven records (``again``) and
     how many the ledger says were re-driven (``redriven``)."""
 
     step: str
+    kind: str
     error: str
     count: int = 0
     first: int = 0
@@ -132,7 +133,7 @@ class Group:
     redriven: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "error": self.error, "count": self.count, "first": _iso(self.first),
+        return {"step": self.step, "error_type": self.kind, "error": self.error, "count": self.count, "first": _iso(self.first),
                 "last": _iso(self.last), "first_ms": self.first, "last_ms": self.last, "example": self.example,
                 "again": self.again, "redriven": self.redriven}
 
@@ -142,19 +143,19 @@ def group_letters(letters: Iterable[Letter], *, since: int | None = None, step: 
     """``letters`` grouped by step and error, most first (then by step and error); ``since``
     and ``step`` keep only those stamped at or after it, or of that step."""
     done = set(redriven)
-    groups: dict[tuple[str, str], Group] = {}
+    groups: dict[tuple[str, str, str], Group] = {}
     for letter in letters:
         if (since is not None and letter.timestamp < since) or (step is not None and letter.step != step):
             continue
-        g = groups.get((letter.step, letter.error))
+        which = (letter.step, letter.kind, letter.error)
+        g = groups.get(which)
         if g is None:
-            g = groups[(letter.step, letter.error)] = Group(letter.step, letter.error, first=letter.timestamp,
-                                                            last=letter.timestamp, example=letter.where)
+            g = groups[which] = Group(*which, first=letter.timestamp, last=letter.timestamp, example=letter.where)
         g.count += 1
         g.first, g.last = min(g.first, letter.timestamp), max(g.last, letter.timestamp)
         g.again += letter.header(REDRIVE_OF) is not None
         g.redriven += letter.where in done
-    return sorted(groups.values(), key=lambda g: (-g.count, g.step, g.error))
+    return sorted(groups.values(), key=lambda g: (-g.count, g.step, g.kind, g.error))
 
 
 def _iso(ms: int) -> str:
