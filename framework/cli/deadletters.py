@@ -17,9 +17,11 @@ class _ListByDefault(click.Group):
     """``fw dead-letters SERVICE`` is ``fw dead-letters list SERVICE``: a first argument that
     names no subcommand (and is not --help) starts the listing."""
 
+    default_command = "list"
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
-            args = ["list", *args]
+            args = [self.default_command, *args]
         return super().parse_args(ctx, args)
 
 
@@ -71,7 +73,7 @@ def dead_letters_list(service: str, since: str | None, step: str | None, as_json
 def dead_letters_redrive(service: str, step: str | None, since: str | None, dry_run: bool, as_json: bool,
                          config_file: str | None) -> None:
     """Feed SERVICE's dead letters back to the step each failed at (after the code was fixed):
-    each goes once, whatever runs before (the ledger SERVICE-redrives). Those that fail again
+    each goes once, whatever runs before (the ledger topic <service>-redrives). Those that fail again
     become new dead letters with the header fw.redrive.of naming the one re-driven."""
     pipeline = service_pipeline(service, "dead-letters redrive")
     start = D.since_ms(since)

@@ -206,7 +206,7 @@ class Task:
 
         def handle(msg: InputRecord) -> bool | None:
             ctx.current = msg
-            if msg.key() is None and msg.value() is None:  # a watermark control record, or a re-drive
+            if msg.value() is None and msg.key() is None:  # a watermark control record, or a re-drive
                 if fed is not None:
                     for name, value in record_headers(msg) or ():
                         if name == WATERMARK_HEADER:
@@ -237,7 +237,7 @@ class Task:
         def handle(msg: InputRecord) -> bool | None:
             ctx.current = msg
             kb, vb = msg.key(), msg.value()
-            if kb is None and vb is None:  # perhaps a re-drive record (framework.engine.redrive)
+            if vb is None and kb is None:  # perhaps a re-drive record (framework.engine.redrive)
                 done = redrive(msg, step, handle)
                 if done is not NOT_REDRIVE:
                     return done  # type: ignore[no-any-return]
