@@ -183,17 +183,18 @@ class Redrive:
 @dataclass
 class RedrivePlan:
     """What a re-drive writes (``items``), what it leaves because the ledger says it was
-    re-driven (``done``) and what cannot be re-driven, with why (``refused``)."""
+    re-driven (``done``) and what cannot be re-driven, with why (``refused``); ``dry_run``:
+    a plan only, nothing written."""
 
     service: str
     items: list[Redrive] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
-    applied: bool = False
+    dry_run: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"service": self.service, "applied": self.applied,
-                "redriven" if self.applied else "to_redrive": [r.as_dict() for r in self.items],
+        return {"service": self.service, "dry_run": self.dry_run,
+                "to_redrive" if self.dry_run else "redriven": [r.as_dict() for r in self.items],
                 "already_redriven": self.done,
                 "refused": [{"dead_letter": w, "reason": why} for w, why in self.refused]}
 
@@ -308,8 +309,10 @@ def redrive(settings: Mapping[str, Any], pipeline: Pipeline, *, step: str | None
     records, after fencing every earlier run (module docstring)."""
     check_step(pipeline, step)
     if dry_run:
-        return plan_redrive(pipeline, read_letters(settings, pipeline), read_redriven(settings, pipeline.name),
+        plan = plan_redrive(pipeline, read_letters(settings, pipeline), read_redriven(settings, pipeline.name),
                             step=step, since=since)
+        plan.dry_run = True
+        return plan
     ledger = redrive_ledger_topic(pipeline.name)
     ensure_topics(admin_client(settings), [internal.spec(ledger, 1, {"cleanup.policy": "compact"})])
     output = KafkaOutput({**settings, "transaction.timeout.ms": 120_000}, f"{pipeline.name}-redrive")
@@ -318,7 +321,6 @@ def redrive(settings: Mapping[str, Any], pipeline: Pipeline, *, step: str | None
                         step=step, since=since)
     if plan.items:
         _write(output, ledger, plan.items)  # a failure leaves it open: the next run's fencing aborts it
-        plan.applied = True
     return plan
 
 
