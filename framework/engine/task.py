@@ -391,9 +391,12 @@ class Task:
                       "headers; the record stays at %s until the topic's retention deletes it: %s",
                       error.coordinates, error.coordinates, exc.message, extra={
                           **record_fields(error.coordinates, error.step), "service": self.pipeline.name})
+            given = next((len(v) for n, v in own if n == STEP_INPUT), None)
+            headers = f"{len(original or ())} headers"
             omitted = (f"key ({len(key or b'')} bytes), value ({len(value or b'')} bytes), timestamp {ts} and "
-                       f"{len(original or ())} headers: {exc.message}")
-            self.output.produce(topic, None, None, 0, [*own, ("fw.omitted", omitted.encode())])  # 0: now
+                       f"{headers}{'' if given is None else f' and {STEP_INPUT} ({given} bytes)'}: {exc.message}")
+            kept = [(n, v) for n, v in own if n != STEP_INPUT]  # as large as the value: it goes too
+            self.output.produce(topic, None, None, 0, [*kept, ("fw.omitted", omitted.encode())])  # 0: now
         self.dead_letters += 1
 
     def _readable_value(self, msg: InputRecord, error: RecordError) -> tuple[bytes | None, str]:

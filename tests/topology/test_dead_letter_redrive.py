@@ -11,10 +11,13 @@ from typing import Any
 import pytest
 
 from framework import Pipeline, Topic
+from framework.engine.runner import TaskRunner
+from framework.errors import RecordTooLargeError
 from framework.kafka.inspect import ReadRecord
 from framework.ops.deadletters import Redrive, letter_of, plan_redrive, redrive_of
 from framework.records import Record
 from framework.serde import JsonSerde, StringSerde
+from framework.state.memory import MemoryBackend
 from framework.testing import TestDriver
 
 BROKEN = {"on": True}  # the "bug": while on, an amount of 13 raises in 'check'
@@ -149,3 +152,36 @@ def test_what_cannot_be_redriven_says_why() -> None:
     assert redrive_of(changed, letter) == "the pipeline has no step 'check' now"
     plan = plan_redrive(p, [letter], [letter.where])
     assert (plan.items, plan.done) == ([], [letter.where])
+
+
+class _Limited:
+    """An output that refuses records larger than ``limit`` bytes, as the producer does."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.sent: list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
+                headers: Any = None, partition: int | None = None) -> None:
+        size = len(key or b"") + len(value or b"") + sum(len(n) + len(v) for n, v in headers or ())
+        if size > self.limit:
+            raise RecordTooLargeError(f"{size} bytes is more than message.max.bytes {self.limit}")
+        self.sent.append((topic, key, value, list(headers or ())))
+
+    def produce_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None, headers: Any) -> None:
+        pass
+
+
+def test_a_dead_letter_too_large_to_send_goes_without_the_step_input_too() -> None:
+    p = Pipeline("big", partitions=1)
+    p.source(Topic("big-in", key_serde=StringSerde(), value_serde=JsonSerde()), name="in") \
+        .map(lambda v: 1 / 0, name="fails").to(Topic("big-out"), name="out")
+    out = _Limited(10_000)  # the input alone is larger: the fallback must drop it too
+    runner = TaskRunner(p, MemoryBackend(), out, partitions=1)
+    runner.start(0)
+    runner.process([Record("big-in", 0, 0, b"k", json.dumps("x" * 12_000).encode(), 5)])
+    [(topic, key, value, headers)] = out.sent
+    named = dict(headers)
+    assert (topic, key, value) == ("big-dead-letter", None, None)
+    assert "fw.step.input" not in named and named["fw.step"] == b"fails"
+    assert b"and fw.step.input (12" in named["fw.omitted"]
