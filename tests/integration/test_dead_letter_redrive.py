@@ -160,3 +160,8 @@ def test_dead_letters_are_listed_and_redriven_once_to_the_step_they_failed_at(
     assert len(outputs()) == 4
     assert svc.alive and svc.stop() == 0
 
+    # A reset keeps the ledger, and says so.
+    reset = _fw(env, "group", "reset", TARGET, "--to", "latest", "--dry-run", "--json")
+    assert reset.returncode == 0, reset.stderr
+    assert json.loads(reset.stdout)["kept"]["re-drive ledger"] == [ledger]
+
