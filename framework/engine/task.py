@@ -375,11 +375,9 @@ class Task:
             ("fw.error.message", str(error)[:4000].encode()),
             (VALUE_ENCODING, encoding.encode()),
         ]
-        if error.step_input is not None:
-            try:
-                own.append((STEP_INPUT, self.codec.encode(list(error.step_input))))
-            except (TypeError, ValueError):  # a value the encoding has no form of: it cannot be re-driven
-                pass
+        step_input = None if error.step_input is None else _encoded(self.codec, list(error.step_input))
+        if step_input is not None:
+            own.append((STEP_INPUT, step_input))
         original = record_headers(msg)
         if original is None:
             own.append(("fw.source.headers", b"not copied: the client cannot read them (a name not in UTF-8)"))
@@ -470,6 +468,15 @@ class Task:
         self.ctx.close()
         for store in self.stores.values():
             store.backend.close()
+
+
+def _encoded(codec: ValueCodec, value: Any) -> bytes | None:
+    """``value`` in the value encoding; None when it has no form there (a type the pipeline did
+    not register): such a dead letter cannot be re-driven to its step."""
+    try:
+        return codec.encode(value)
+    except Exception:  # noqa: BLE001 - whatever the encoder refuses, the dead letter goes without it
+        return None
 
 
 def _json_form(value: Any) -> Any:

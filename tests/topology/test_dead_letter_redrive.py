@@ -185,3 +185,18 @@ def test_a_dead_letter_too_large_to_send_goes_without_the_step_input_too() -> No
     assert (topic, key, value) == ("big-dead-letter", None, None)
     assert "fw.step.input" not in named and named["fw.step"] == b"fails"
     assert b"and fw.step.input (12" in named["fw.omitted"]
+
+
+def test_an_input_the_value_encoding_cannot_write_is_not_kept_and_the_dead_letter_says_why_it_stays() -> None:
+    p = Pipeline("unreg", partitions=1)  # Order is not among its types
+    p.source(Topic("unreg-in", key_serde=StringSerde(), value_serde=JsonSerde()), name="in") \
+        .map(lambda d: Order(**d), name="parse").map(_check, name="check").to(Topic("unreg-out"), name="out")
+    driver = TestDriver(p, partitions=1)
+    driver.pipe("unreg-in", {"user": "ann", "amount": 13}, key="ann", timestamp=1)
+    [dead] = driver.dead_letters()
+    assert "fw.step.input" not in dict(dead.headers() or [])
+    letter = letter_of(_read(dead, p.dead_letter.name))
+    assert letter is not None
+    assert redrive_of(p, letter) == (
+        "step 'check' (Map) did not record its input (only map, filter, flat_map, peek, key_by and aggregate steps "
+        "whose function raised do, when the value encoding can write it)")
