@@ -28,6 +28,7 @@ One root, ``FrameworkError``; every error the framework raises on purpose derive
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class FrameworkError(Exception):
@@ -135,6 +136,9 @@ class RecordError(FrameworkError):
         self.coordinates = coordinates
         self.step = step
         self.fix = fix
+        self.step_input: tuple[Any, Any, int] | None = None
+        """What ``step`` was given, ``(key, value, timestamp)``, when the step failed before it
+        had any effect (its dead letter keeps it, so the record can be re-driven there)."""
         super().__init__(self._render())
 
     def locate(self, coordinates: RecordCoordinates | None) -> RecordError:

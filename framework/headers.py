@@ -4,7 +4,11 @@
   ``topic[partition]@offset``: set by ``key_by`` from the record in hand (its own coordinates
   when read from a source topic, the origin it carries when read from a repartition topic).
 - ``fw.source.*``, ``fw.origin.*``, ``fw.step``, ``fw.error.*``, ``fw.value.encoding``: on a
-  dead letter (docs/operations.md, "Dead letters").
+  dead letter (docs/operations.md, "Dead letters"); ``fw.step.input`` too when the step failed
+  before it had any effect: what it was given, ``[key, value, timestamp]`` in the framework's
+  value encoding (``framework.serde.values``), so the record can be re-driven to it;
+- ``fw.redrive.*``: on a re-drive record (``framework.engine.redrive``), and on a dead letter
+  of a re-driven record (``fw.redrive.of``: the dead letter it re-drove).
 """
 
 from __future__ import annotations
@@ -15,6 +19,15 @@ from typing import Any
 
 ORIGIN = "fw.origin"
 VALUE_ENCODING = "fw.value.encoding"
+STEP_INPUT = "fw.step.input"
+REDRIVE_PREFIX = "fw.redrive."
+REDRIVE_SERVICE = "fw.redrive.service"
+REDRIVE_STEP = "fw.redrive.step"
+REDRIVE_OF = "fw.redrive.of"
+REDRIVE_INPUT = "fw.redrive.input"
+REDRIVE_KEY = "fw.redrive.key"
+REDRIVE_VALUE = "fw.redrive.value"
+REDRIVE_ENCODING = "fw.redrive.encoding"
 
 _COORDINATES = re.compile(r"(.+)\[(\d+)\]@(-?\d+)")
 

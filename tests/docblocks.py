@@ -243,6 +243,10 @@ def check_fw_command(argv: list[str]) -> str | None:
     parent: click.Context | None = None
     while isinstance(command, click.Group):
         ctx = click.Context(command, info_name=names[-1], parent=parent)
+        default = getattr(command, "default_command", None)  # `fw dead-letters SERVICE` is its `list`
+        if default is not None and (not args or args[0] not in command.list_commands(ctx)) \
+                and args[:1] not in (["--help"], ["-h"]):
+            args.insert(0, default)
         if not args or args[0].startswith("-"):
             if args and args[0] in ("--help", "--version"):
                 return None

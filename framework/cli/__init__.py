@@ -19,7 +19,7 @@ _COMMANDS = {
     "broker": "broker", "demo": "demo", "run": "run", "replay": "replay", "archive": "replay", "topics": "ops",
     "group": "ops", "state": "ops", "status": "status", "new": "new", "doctor": "doctor", "acls": "acls",
     "registry": "registry", "schemas": "schemas", "savepoint": "savepoint", "rescale": "savepoint",
-    "produce": "produce", "describe": "describe",
+    "produce": "produce", "describe": "describe", "dead-letters": "deadletters",
 }
 
 
@@ -33,7 +33,7 @@ class _Commands(click.Group):
         module = _COMMANDS.get(cmd_name)
         if module is None:
             return None
-        command: click.Command = getattr(importlib.import_module(f"framework.cli.{module}"), cmd_name)
+        command: click.Command = getattr(importlib.import_module(f"framework.cli.{module}"), cmd_name.replace("-", "_"))
         return command
 
 

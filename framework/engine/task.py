@@ -20,6 +20,7 @@ from typing import Any
 
 from framework.engine.compile import build_step
 from framework.engine.context import InputRecord, Output, TaskContext, record_headers
+from framework.engine.redrive import NOT_REDRIVE, Redrives
 from framework.errors import (
     DeserializationError,
     PipelineError,
@@ -27,7 +28,7 @@ from framework.errors import (
     RecordError,
     StateError,
 )
-from framework.headers import VALUE_ENCODING, coordinates
+from framework.headers import STEP_INPUT, VALUE_ENCODING, coordinates
 from framework.logs import record_fields
 from framework.operators.async_io import HOLD
 from framework.pipeline import steps as S
@@ -125,6 +126,9 @@ class Task:
         inputs: dict[str, dict[str, S.Push]] = {}  # step -> parent -> push
         handlers: dict[str, Handler] = {}
         self._internal_values: dict[str, Callable[[bytes], Any]] = {}  # repartition topic -> its value decoder
+        # re-drive records resume at a step's push, found in ``inputs`` once it is filled in
+        self.redrives = Redrives(p.name, inputs, self._reached_from, self.codec.decode, self.ctx, self.dead_letter,
+                                 self.fail_on_error)
         for step in reversed(list(p.steps.values())):  # steps are stored in topological order
             down = _fanout([inputs[c][step.name] for c in p.children[step.name]])
             if isinstance(step, S.Source):
@@ -144,6 +148,13 @@ class Task:
             else:
                 inputs[step.name] = build_step(step, self.ctx, down)
         return self._gated(handlers)
+
+    def _reached_from(self, parent: str) -> frozenset[str]:
+        """The input topics whose records leave step ``parent`` without crossing a topic (a
+        ``key_by``'s: its repartition topic)."""
+        if isinstance(self.pipeline.steps[parent], S.KeyBy):
+            return frozenset((self.pipeline.repartition_topic(parent),))
+        return self.pipeline.step_inputs(parent)
 
     def _gated(self, handlers: dict[str, Handler]) -> dict[str, Handler]:
         """The handler of each input whose records reach an async step returns ``HOLD`` while
@@ -191,14 +202,19 @@ class Task:
         """Decode and push; on a ``fed`` input, watermark control records update the clock."""
         kd, vd, ctx, decode, on_control = key_serde.deserialize, value_serde.deserialize, self.ctx, self._decode, \
             self.time.on_control
+        redrive = self.redrives.handle
 
         def handle(msg: InputRecord) -> bool | None:
             ctx.current = msg
-            if fed is not None and msg.key() is None and msg.value() is None:
-                for name, value in record_headers(msg) or ():
-                    if name == WATERMARK_HEADER:
-                        on_control(fed, value)
-                        return True
+            if msg.value() is None and msg.key() is None:  # a watermark control record, or a re-drive
+                if fed is not None:
+                    for name, value in record_headers(msg) or ():
+                        if name == WATERMARK_HEADER:
+                            on_control(fed, value)
+                            return True
+                done = redrive(msg, step, handle)
+                if done is not NOT_REDRIVE:
+                    return done  # type: ignore[no-any-return]
             k, v = decode(step, kd, vd, msg)
             ts = msg.timestamp()[1]
             down(k, v, ts if assign is None else assign(v, ts))
@@ -214,12 +230,17 @@ class Task:
             self._undecodable, self.time.advanced
         gen = inp.generator
         on_event = gen.on_event  # type: ignore[union-attr]
+        redrive = self.redrives.handle
         # bounded out-of-orderness (the common strategy) inline: watermark = max timestamp - lag
         lag = gen.lag if type(gen) is BoundedOutOfOrderness else None
 
-        def handle(msg: InputRecord) -> None:
+        def handle(msg: InputRecord) -> bool | None:
             ctx.current = msg
             kb, vb = msg.key(), msg.value()
+            if vb is None and kb is None:  # perhaps a re-drive record (framework.engine.redrive)
+                done = redrive(msg, step, handle)
+                if done is not NOT_REDRIVE:
+                    return done  # type: ignore[no-any-return]
             try:
                 k = None if kb is None else kd(kb)
                 v = None if vb is None else vd(vb)
@@ -245,6 +266,7 @@ class Task:
                 if w > inp.watermark:
                     inp.watermark = w
                     advanced(inp)
+            return None
 
         return handle
 
@@ -313,7 +335,7 @@ class Task:
         raised for the caller to dead-letter or stop on."""
         return self.handlers[msg.topic()](msg)
 
-    def dead_letter(self, msg: InputRecord, error: RecordError) -> None:
+    def dead_letter(self, msg: InputRecord, error: RecordError, shown: tuple[bytes | None, str] | None = None) -> None:
         """Send the record to the dead-letter topic: its key, a value people can read (below),
         its timestamp and headers, then the coordinates, origin, step and error as headers:
         after the record's own, so the last header of each ``fw.`` name is the framework's even
@@ -326,7 +348,12 @@ class Task:
 
         A copy the producer refuses (larger than it may send, or with a timestamp the topic
         refuses) goes without its key, value, timestamp and headers, saying so in
-        ``fw.omitted``; the original stays at its coordinates."""
+        ``fw.omitted``; the original stays at its coordinates.
+
+        A step that failed before it had any effect gave the error its input
+        (``RecordError.step_input``): it goes in ``fw.step.input``, in the value encoding, when
+        it has a form there, so the record can be re-driven to the step (``framework.engine.redrive``).
+        ``shown``: the value and encoding to show instead (a re-driven record's, which has none)."""
         if error.coordinates is None:
             error.locate(self.ctx.coordinates())
         log.error("dead letter: %s", error, extra={
@@ -341,13 +368,16 @@ class Task:
         if where is not None:
             own += [("fw.origin.topic", where[0].encode()), ("fw.origin.partition", str(where[1]).encode()),
                     ("fw.origin.offset", str(where[2]).encode())]
-        value, encoding = self._readable_value(msg, error)
+        value, encoding = self._readable_value(msg, error) if shown is None else shown
         own += [
             ("fw.step", (error.step or "").encode()),
             ("fw.error.type", type(error.__cause__ or error).__name__.encode()),
             ("fw.error.message", str(error)[:4000].encode()),
             (VALUE_ENCODING, encoding.encode()),
         ]
+        step_input = None if error.step_input is None else _encoded(self.codec, list(error.step_input))
+        if step_input is not None:
+            own.append((STEP_INPUT, step_input))
         original = record_headers(msg)
         if original is None:
             own.append(("fw.source.headers", b"not copied: the client cannot read them (a name not in UTF-8)"))
@@ -359,9 +389,12 @@ class Task:
                       "headers; the record stays at %s until the topic's retention deletes it: %s",
                       error.coordinates, error.coordinates, exc.message, extra={
                           **record_fields(error.coordinates, error.step), "service": self.pipeline.name})
+            given = next((len(v) for n, v in own if n == STEP_INPUT), None)
+            headers = f"{len(original or ())} headers"
             omitted = (f"key ({len(key or b'')} bytes), value ({len(value or b'')} bytes), timestamp {ts} and "
-                       f"{len(original or ())} headers: {exc.message}")
-            self.output.produce(topic, None, None, 0, [*own, ("fw.omitted", omitted.encode())])  # 0: now
+                       f"{headers}{'' if given is None else f' and {STEP_INPUT} ({given} bytes)'}: {exc.message}")
+            kept = [(n, v) for n, v in own if n != STEP_INPUT]  # as large as the value: it goes too
+            self.output.produce(topic, None, None, 0, [*kept, ("fw.omitted", omitted.encode())])  # 0: now
         self.dead_letters += 1
 
     def _readable_value(self, msg: InputRecord, error: RecordError) -> tuple[bytes | None, str]:
@@ -435,6 +468,15 @@ class Task:
         self.ctx.close()
         for store in self.stores.values():
             store.backend.close()
+
+
+def _encoded(codec: ValueCodec, value: Any) -> bytes | None:
+    """``value`` in the value encoding; None when it has no form there (a type the pipeline did
+    not register): such a dead letter cannot be re-driven to its step."""
+    try:
+        return codec.encode(value)
+    except Exception:  # noqa: BLE001 - whatever the encoder refuses, the dead letter goes without it
+        return None
 
 
 def _json_form(value: Any) -> Any:

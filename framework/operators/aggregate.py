@@ -35,8 +35,8 @@ def build_aggregate(step: S.Aggregate, ctx: TaskContext, down: S.Push) -> S.Push
         try:
             acc = add(init() if acc is _MISSING else acc, v)
             out = acc if result is None else result(acc)
-        except Exception as exc:
-            raise user_error(name, exc) from exc
+        except Exception as exc:  # nothing stored yet: the record can be re-driven here
+            raise user_error(name, exc, (k, v, ts)) from exc
         put(skey, acc)
         down(k, out, ts)
 

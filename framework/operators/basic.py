@@ -16,13 +16,18 @@ if TYPE_CHECKING:
     from framework.pipeline import steps as S
 
 
-def user_error(step: str, exc: BaseException) -> RecordError:
-    """The error for user code that raised in ``step``."""
+def user_error(step: str, exc: BaseException, given: tuple[Any, Any, int] | None = None) -> RecordError:
+    """The error for user code that raised in ``step``. ``given``: the step's input ``(key,
+    value, timestamp)``, passed by steps that had no effect yet when their code raised (nothing
+    emitted, no state changed), so that the record can be re-driven to the step as it was
+    (``fw dead-letters redrive``)."""
     if isinstance(exc, RecordError):
         return exc
-    return ProcessingError(f"{type(exc).__name__}: {exc}", None, step,
-                           fix="fix the step's function or the input (with on_error=dead_letter the "
-                               "record goes to the dead-letter topic)")
+    err = ProcessingError(f"{type(exc).__name__}: {exc}", None, step,
+                          fix="fix the step's function or the input (with on_error=dead_letter the "
+                              "record goes to the dead-letter topic)")
+    err.step_input = given
+    return err
 
 
 def build_map(step: S.Map, ctx: TaskContext, down: S.Push) -> S.Push:
@@ -32,7 +37,7 @@ def build_map(step: S.Map, ctx: TaskContext, down: S.Push) -> S.Push:
         try:
             out = fn(v)
         except Exception as exc:
-            raise user_error(name, exc) from exc
+            raise user_error(name, exc, (k, v, ts)) from exc
         down(k, out, ts)
 
     return push
@@ -45,7 +50,7 @@ def build_filter(step: S.Filter, ctx: TaskContext, down: S.Push) -> S.Push:
         try:
             keep = fn(v)
         except Exception as exc:
-            raise user_error(name, exc) from exc
+            raise user_error(name, exc, (k, v, ts)) from exc
         if keep:
             down(k, v, ts)
 
@@ -59,7 +64,7 @@ def build_flat_map(step: S.FlatMap, ctx: TaskContext, down: S.Push) -> S.Push:
         try:
             outs = list(fn(v))
         except Exception as exc:
-            raise user_error(name, exc) from exc
+            raise user_error(name, exc, (k, v, ts)) from exc
         for out in outs:
             down(k, out, ts)
 
@@ -73,7 +78,7 @@ def build_peek(step: S.Peek, ctx: TaskContext, down: S.Push) -> S.Push:
         try:
             fn(k, v, ts)
         except Exception as exc:
-            raise user_error(name, exc) from exc
+            raise user_error(name, exc, (k, v, ts)) from exc
         down(k, v, ts)
 
     return push
@@ -92,7 +97,7 @@ def build_key_by(step: S.KeyBy, ctx: TaskContext, down: S.Push) -> S.Push:
             new_key = fn(v)
             kb = ks(new_key)
         except Exception as exc:
-            raise user_error(name, exc) from exc
+            raise user_error(name, exc, (k, v, ts)) from exc
         try:
             vb = vs(v)
         except Exception as exc:

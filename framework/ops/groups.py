@@ -25,8 +25,9 @@ running member would go on from its own positions and state); then
    offset, since the state is rebuilt from nothing).
 
 It leaves the user's topics: sources, outputs (the rerun appends to them, and says so), the
-dead letters, and the backfill ledger with its marker groups, which describe outputs that
-are still there (``fw replay --clean`` forgets them).
+dead letters, the backfill ledger with its marker groups, which describe outputs that are
+still there (``fw replay --clean`` forgets them), and the re-drive ledger
+(``framework.ops.deadletters``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from framework.kafka.inspect import Cluster, GroupInfo
 from framework.kafka.offsets import resolve_positions
 from framework.ops.cleanup import ELSEWHERE, drop_local, refuse_while_running, survey
 from framework.pipeline.definition import Pipeline
-from framework.pipeline.internal import ledger_topic
+from framework.pipeline.internal import ledger_topic, redrive_ledger_topic
 
 TP = tuple[str, int]
 
@@ -141,7 +142,8 @@ def plan_reset(settings: Mapping[str, Any], pipeline: Pipeline, to: str, state_r
     forgotten = sorted(tp for tp in before if tp not in positions)
     deleted = [t.topic for t in found.internal if t.topic not in recreated]
     written = {"outputs": sorted({t.name for t in pipeline.sink_topics()} - set(sources)),
-               "dead letters": [pipeline.dead_letter.name], "backfill ledger": [ledger_topic(group)]}
+               "dead letters": [pipeline.dead_letter.name], "backfill ledger": [ledger_topic(group)],
+               "re-drive ledger": [redrive_ledger_topic(group)]}
     kept = {what: [t for t in names if t in found.topics] for what, names in written.items()}
     plan = ResetPlan(group, offsets, forgotten, recreated, deleted, found.state_dir, found.stores_here,
                      {what: names for what, names in kept.items() if names})
@@ -180,5 +182,9 @@ def _notes(plan: ResetPlan, pipeline: Pipeline) -> list[str]:
         [ledger] = plan.kept["backfill ledger"]
         notes.append(f"backfill ledger kept: {ledger}: its backfills' outputs are still in their topics; "
                      f"fw replay {pipeline.target or 'MODULE:PIPELINE'} --clean forgets them")
+    if "re-drive ledger" in plan.kept:
+        [ledger] = plan.kept["re-drive ledger"]
+        notes.append(f"re-drive ledger kept: {ledger}: the dead letters it names stay re-driven; re-drive records "
+                     "in the sources after --to are processed again")
     notes.append(ELSEWHERE.format(service=pipeline.name))
     return notes

@@ -9,6 +9,8 @@ A service ``S`` (``Pipeline.name``, its consumer group) makes:
 - ``S-dead-letter`` (unless the pipeline names another): its dead letters, the user's data;
 - ``S-backfills``: the ledger of its backfills (``framework.replay.ledger``), with the marker
   groups ``S-backfill-<id>`` and ``S-replay-<run>``;
+- ``S-redrives``: the ledger of its dead-letter re-drives (``framework.ops.deadletters``), and
+  the transactional id ``S-redrive``;
 - groups ``S`` (committed offsets) and ``S-restore``, ``S-standby``, ``S-global`` (readers
   that commit nothing), and transactional ids ``S-<instance>``.
 
@@ -32,6 +34,7 @@ REPARTITION = "repartition"
 TIME_STORE = "_time"  # a task's watermarks; not a valid step name, so never a step's store
 DEAD_LETTER_SUFFIX = "-dead-letter"
 LEDGER_SUFFIX = "-backfills"
+REDRIVE_LEDGER_SUFFIX = "-redrives"
 
 _STEP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")  # as Pipeline checks step names
 
@@ -46,6 +49,11 @@ def repartition_topic(service: str, step: str) -> str:
 
 def ledger_topic(service: str) -> str:
     return f"{service}{LEDGER_SUFFIX}"
+
+
+def redrive_ledger_topic(service: str) -> str:
+    """The ledger of the service's dead-letter re-drives (``framework.ops.deadletters``)."""
+    return f"{service}{REDRIVE_LEDGER_SUFFIX}"
 
 
 @dataclass(frozen=True, order=True)

@@ -773,3 +773,38 @@ def stalling() -> Pipeline:
     p.source(Topic(f"stall-in-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=1)).map(
         _stall, name="hang").to(Topic(f"stall-out-{s}"))
     return p
+
+
+# -- redrive_orders: dead letters to re-drive once the code is fixed -------------------------------
+
+
+def _tallied(acc: dict[str, Any], order: TracedOrder) -> dict[str, Any]:
+    return {"user": order.user, "orders": acc.get("orders", 0) + 1, "amount": order.amount}
+
+
+def redrive_orders() -> Pipeline:
+    """JSON orders (``rdo-orders-<suffix>``, 2 partitions) parsed into a dataclass, screened
+    (``screen``: an amount of 7 raises), re-keyed by user, tallied per user (``tally``: the
+    user's running count of orders, stateful, before the next step), checked (``check``: an
+    amount of 13 raises), to ``rdo-checked-<suffix>``. ``FW_TEST_REDRIVE_FIXED=1`` at start is
+    the fixed code: neither step raises."""
+    s = _suffix()
+    broken = os.environ.get("FW_TEST_REDRIVE_FIXED") != "1"
+
+    def screened(order: TracedOrder) -> TracedOrder:
+        if broken and order.amount == 7:
+            raise ValueError("seven is screened out")
+        return order
+
+    def checked(tally: dict[str, Any]) -> dict[str, Any]:
+        if broken and tally["amount"] == 13:
+            raise ValueError("unlucky amount 13")
+        return tally
+
+    p = Pipeline(f"rdo-{s}", partitions=2, types=[TracedOrder])
+    p.source(Topic(f"rdo-orders-{s}", key_serde=StringSerde(), value_serde=JsonSerde(), partitions=2),
+             name="orders") \
+        .map(lambda d: TracedOrder(**d), name="parse").map(screened, name="screen") \
+        .key_by(lambda o: o.user, name="by-user").aggregate(dict, _tallied, name="tally") \
+        .map(checked, name="check").to(Topic(f"rdo-checked-{s}"), name="to-checked")
+    return p

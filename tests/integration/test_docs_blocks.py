@@ -134,6 +134,9 @@ def test_the_cli_check_catches_drift() -> None:
     assert check_fw_command(["fw", "topics", "list", "--format", "json"])  # no such option
     assert check_fw_command(["fw", "new", "service", "x", "--template", "sliding"])  # not a choice
     assert check_fw_command(["fw", "status"])  # its argument is missing
+    assert check_fw_command(["fw", "dead-letters", "services.x.pipeline:pipeline", "--json"]) is None  # its list
+    assert check_fw_command(["fw", "dead-letters", "redrive", "s:p", "--step", "a", "--dry-run"]) is None
+    assert check_fw_command(["fw", "dead-letters", "s:p", "--dry-run"])  # the listing has no --dry-run
     assert _target_missing(["fw", "run", "services.nothing_here.pipeline:pipeline"])
 
 
