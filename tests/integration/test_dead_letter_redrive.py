@@ -42,7 +42,9 @@ FIXED = {"FW_TEST_REDRIVE_FIXED": "1"}
 
 def _fw(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", "from framework.cli import main; main()", *args],
-                          env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True,
+                          # a table as wide as its cells: pytest's workers set COLUMNS to their terminal's
+                          env={**os.environ, **env, "COLUMNS": "250", "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                          capture_output=True,
                           text=True, timeout=180, check=False)
 
 
