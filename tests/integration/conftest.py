@@ -81,7 +81,7 @@ def spark_cluster(tmp_path: Path) -> Iterator[str]:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as answer:
                 return int(json.load(answer).get("aliveworkers", 0))
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a starting master's UI answered its HTML page, not JSON yet
             return 0
 
     try:
