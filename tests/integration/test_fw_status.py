@@ -33,8 +33,11 @@ RECORDS = 400
 
 
 def _fw(env: dict[str, str], *args: str) -> tuple[int, str]:
+    """The command's exit status and output; a command that raised (a one-line error is an
+    exception here, not output) has its error after the output, so a failure says why."""
     result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=True)
-    return result.exit_code, result.output
+    raised = result.exception if not isinstance(result.exception, SystemExit) else None
+    return result.exit_code, result.output + ("" if raised is None else f"\n{type(raised).__name__}: {raised}")
 
 
 def _fw_process(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
