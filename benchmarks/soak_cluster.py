@@ -86,8 +86,9 @@ def main() -> int:
         while time.monotonic() < end and all(m.alive for m in members):
             names = list(roles)[turn % 3:] + list(roles)[:turn % 3]
             turn += 1
-            role, node = next(((r, roles[r]()) for r in names if roles[r]() != last), (names[0], roles[names[0]]()))
-            led = [r for r in roles if roles[r]() == node]
+            now = {r: find() for r, find in roles.items()}  # each asked of the cluster once this turn
+            role, node = next(((r, now[r]) for r in names if now[r] != last), (names[0], now[names[0]]))
+            led = [r for r in roles if now[r] == node]
             down_s = rng.uniform(5, 20)
             fault_at = time.monotonic()
             cluster.stop(node, kill=True)

@@ -306,7 +306,7 @@ def check_cluster(config: Config, clock: bool = True, service: Pipeline | None =
 def service_topics(pipeline: Pipeline) -> list[str]:
     """Every topic ``pipeline`` reads or writes: sources, repartition topics, changelogs, dead
     letters, sinks and global tables' topics, each once, in that order."""
-    names = [*(s.topic.name for s in pipeline.sources()), *pipeline.repartition_topics(),
+    names = [*pipeline.input_topics(),
              *(pipeline.changelog_topic(s) for s in pipeline.changelogged_stores()), pipeline.dead_letter.name,
              *(t.name for t in pipeline.sink_topics()), *(g.topic.name for g in pipeline.global_tables())]
     return list(dict.fromkeys(names))
