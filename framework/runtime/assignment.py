@@ -12,7 +12,6 @@ from framework.kafka.clients import TP, GroupConsumer
 from framework.runtime.checkpoint import Checkpointer
 from framework.runtime.hold import Holds
 from framework.runtime.membership import StallWatch
-from framework.runtime.outage import PARTITIONS_LOST
 from framework.runtime.restore import Restorer
 from framework.runtime.standby import Standby
 
@@ -79,7 +78,7 @@ class Assignment:
         self.has_assignment, self.rejoining = False, True  # not ready until the group assigns again
         self.holds.disturb(f"partitions {sorted(tps)} lost by member {self.instance}")
         self._drop(tps)
-        self.checkpointer.break_interval(PARTITIONS_LOST)  # said above: the recovery says it at INFO
+        self.checkpointer.break_interval("partitions lost", said=True)  # said above: the recovery's line is INFO
 
     def restored(self, partition: int) -> None:
         """Called by the restorer when every store of ``partition`` is at the changelog end."""

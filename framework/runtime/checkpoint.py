@@ -91,7 +91,7 @@ class Checkpointer:
         self.phase_totals_s = dict.fromkeys(PHASES, 0.0)
         self._interval_phases = dict.fromkeys(PHASES, 0.0)
         self.on_checkpoint: Callable[[float], None] = lambda duration_s: None
-        self.on_broken: Callable[[str], None] = lambda why: None
+        self.on_broken: Callable[..., None] = lambda why, said=False: None  # (why, said=...)
         self._fences: list[float] = []  # when the producer was fenced (``_fence``)
 
     def start(self) -> None:
@@ -223,12 +223,13 @@ class Checkpointer:
         self.dirty = False
         self._begin()
 
-    def break_interval(self, why: str) -> None:
-        """Nothing more of the open interval commits: ``on_broken`` recovers the member."""
+    def break_interval(self, why: str, *, said: bool = False) -> None:
+        """Nothing more of the open interval commits: ``on_broken`` recovers the member
+        (``said``: the caller has logged why already)."""
         if self.broken is None:
             self.broken = why
             self.aborted += 1
-            self.on_broken(why)
+            self.on_broken(why, said=said)
 
     def renew(self) -> None:
         """The recovery's step for the producer: a new one, its transactions initialised (which

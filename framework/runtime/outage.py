@@ -34,7 +34,6 @@ from framework.kafka.logs import Transport
 
 log = logging.getLogger("framework.runtime")
 _ASK_EVERY_S = 1.0  # how often an absent cluster is asked for metadata
-PARTITIONS_LOST = "partitions lost"  # a broken interval's cause that the member has said already
 _PROBE_TIMEOUT_S = 1.0
 
 
@@ -55,13 +54,16 @@ class Recovery:
         self.since = 0.0
         self.ended_at = -float("inf")  # monotonic seconds of the last recovery's end
         self._said = False  # the start of this recovery was logged
+        self._cause_said = False  # its cause was logged by the member before it began
         self._next_ask = 0.0
 
-    def begin(self, why: str, since: float | None = None) -> None:
-        """Start recovering (``since``: when the trouble began, if known before now)."""
+    def begin(self, why: str, since: float | None = None, *, said: bool = False) -> None:
+        """Start recovering (``since``: when the trouble began, if known before now; ``said``:
+        the member has logged the cause already, the recovery's own line is INFO)."""
         if self.active:
             return
         self.active, self.unreachable, self._said, self.why = True, False, False, why
+        self._cause_said = said
         self.since = since if since is not None else time.monotonic()
         self._next_ask = 0.0
 
@@ -88,7 +90,7 @@ class Recovery:
             return False
         if not self._said:  # the cluster answers: a broken interval, not an outage
             self._said = True
-            log.log(logging.INFO if self.why == PARTITIONS_LOST else logging.WARNING,
+            log.log(logging.INFO if self._cause_said else logging.WARNING,
                     "the checkpoint interval could not complete (%s): continuing from the last checkpoint "
                     "with a new producer", self.why)
         try:

@@ -11,7 +11,7 @@ from framework.runtime.assignment import Assignment
 
 def _assignment() -> Assignment:
     quiet: Any = SimpleNamespace(tasks={}, pending=set(), held=None, stop=lambda p: None, cancel=lambda p: None,
-                                 start=lambda ps: None, disturb=lambda why: None, break_interval=lambda why: None)
+                                 start=lambda ps: None, disturb=lambda why: None, break_interval=lambda why, said=False: None)
     return Assignment("0", quiet, quiet, quiet, quiet, quiet, None, recovering=lambda: False, publish=lambda: None,
                       timeout_s=30.0)
 
