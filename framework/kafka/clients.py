@@ -262,6 +262,7 @@ class KafkaOutput:
         self._time_limits: dict[str, tuple[int | None, int | None]] = {}  # topic -> (before, after) ms
         self._accepted: dict[str, tuple[float, float]] = {}  # topic -> timestamps it takes, as of the last poll
         self._stuck: list[_BoundedCall] = []  # send_offsets calls past their timeout, still running
+        self._nodes_seen: set[int] = set()  # the cluster's nodes as this producer has seen them (send_offsets)
 
     # -- Output protocol -----------------------------------------------------------------
 
@@ -427,6 +428,7 @@ class KafkaOutput:
     def init_transactions(self, timeout_s: float) -> None:
         try:
             self._p.init_transactions(timeout_s)
+            self._nodes_gone()  # the nodes it starts with (send_offsets)
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
@@ -445,22 +447,42 @@ class KafkaOutput:
         self._p.begin_transaction()
 
     def send_offsets(self, positions: Mapping[TP, int], group_metadata: Any, timeout_s: float) -> None:
-        """send_offsets_to_transaction, bounded by ``timeout_s`` here: librdkafka does not
-        enforce the call's own timeout while the group coordinator it cached is unreachable
-        (a node SIGKILLed: it waits for that node to come back, however long; librdkafka
-        issues 5456 and 5511, open in 2.16). The call runs on a thread of its own; past
-        ``timeout_s`` or 15 s, whichever is shorter (a coordinator that moves takes about
-        10 s: the cluster fences its node after ``broker.session.timeout.ms``, 9 s, then elects
-        another), it is left there, holding this producer, and a ``TimeoutError`` (the
-        checkpoint's outcome unknown) sends the member to a new producer (``renew``)."""
+        """send_offsets_to_transaction, bounded here: librdkafka does not enforce the call's
+        own timeout, and while the group coordinator it cached is a node that left the
+        cluster's metadata (SIGKILLed, then fenced: ``broker.session.timeout.ms``, 9 s) it waits
+        for that node to come back, however long (librdkafka issues 5456 and 5511, open in
+        2.16). The call runs on a thread of its own. Past a second, the cluster's metadata is
+        asked for every half second: once a node this producer has seen is gone from it, the
+        call is given up (its coordinator moved: waiting cannot help); so is a call past
+        ``timeout_s`` or 15 s, whichever is shorter. A given-up call is left there, holding this
+        producer, and a ``TimeoutError`` (the checkpoint's outcome unknown) sends the member to
+        a new producer (``renew``)."""
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         call = _BoundedCall(self._p.send_offsets_to_transaction, offsets, group_metadata, timeout_s)
         bound = min(timeout_s, _SEND_OFFSETS_BOUND_S)
-        if not call.wait(bound):
-            self._stuck.append(call)
-            raise TimeoutError(f"send_offsets_to_transaction did not return within {bound:.0f} s: the producer "
-                               "waits for a group coordinator it no longer reaches")
+        waited, step = 0.0, _SEND_OFFSETS_QUICK_S
+        while not call.wait(min(step, bound - waited)):
+            waited += step
+            gone = self._nodes_gone()
+            if gone or waited >= bound:
+                self._stuck.append(call)
+                why = (f"node{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} left the cluster's "
+                       "metadata (stopped, and fenced by the cluster): its group coordinator moved" if gone
+                       else "the producer waits for a group coordinator it no longer reaches")
+                raise TimeoutError(f"send_offsets_to_transaction did not return within {waited:.0f} s: {why}")
+            step = _SEND_OFFSETS_ASK_S
         call.result()
+
+    def _nodes_gone(self) -> list[int]:
+        """The nodes this producer has seen in the cluster's metadata that it no longer lists
+        (none when it cannot say now); the nodes listed now are remembered as seen."""
+        try:
+            now = set(self._p.list_topics(timeout=_SEND_OFFSETS_ASK_S).brokers)
+        except KafkaException:
+            return []
+        gone = sorted(self._nodes_seen - now) if now else []
+        self._nodes_seen |= now
+        return gone
 
     def commit(self, timeout_s: float) -> None:
         try:
@@ -499,6 +521,7 @@ class KafkaOutput:
         self._delivery_error = None
         self._gone = set()
         self._changelog_ends = {}
+        self._nodes_seen = set()
         self.connectivity = Connectivity()
         self._full_conf["error_cb"] = self.connectivity.on_error
         self._p = Producer(self._full_conf)
@@ -514,6 +537,8 @@ def _instance_fenced(err: KafkaError) -> bool:
 
 
 _SEND_OFFSETS_BOUND_S = 15.0  # a send_offsets_to_transaction longer than this is given up (KafkaOutput)
+_SEND_OFFSETS_QUICK_S = 1.0  # ... and one longer than this asks whether a node left the cluster ...
+_SEND_OFFSETS_ASK_S = 0.5  # ... every half second
 
 
 class _BoundedCall:
