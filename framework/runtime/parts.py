@@ -1,6 +1,7 @@
 """The parts of a member that ``Service`` wires together, made here: its clients (the
 transactional producer and the group consumer, configured from the service's settings), its
-status endpoint, and the one line for a client failure whose cause the cluster can name."""
+skip list, its status endpoint, and the one line for a client failure whose cause the cluster
+can name."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import socket
 from typing import Any
 
 from framework.config import Config
+from framework.engine.skips import SkipList, skips_of
 from framework.errors import (
     AccessProblem,
     FatalKafkaError,
@@ -23,14 +25,24 @@ from framework.errors import (
 from framework.kafka.acl import Grant, denied, missing_grants
 from framework.kafka.clients import GroupConsumer, KafkaOutput
 from framework.kafka.connect import client_failure
+from framework.kafka.inspect import read_whole
 from framework.observe.metrics import multiprocess_dir
 from framework.observe.observer import Observer
 from framework.observe.server import StatusServer
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
+from framework.pipeline.internal import skips_topic
 from framework.runtime.topics import output_limits, service_grants, topics_missing
 
 log = logging.getLogger("framework.runtime")
+
+
+def member_skips(pipeline: Pipeline, settings: dict[str, str]) -> SkipList:
+    """The service's skip list as a member under ``on_error="fail"`` consults it: read from
+    ``<service>-skips`` the first time one of its records fails, not before
+    (``framework.engine.skips``)."""
+    topic = skips_topic(pipeline.name)
+    return SkipList(load=lambda: skips_of((r.key, r.value) for r in read_whole(settings, topic)).values())
 
 
 def member_output(pipeline: Pipeline, cfg: Config, settings: dict[str, str], transactional_id: str | None,

@@ -47,6 +47,7 @@ from framework.runtime.parts import (
     explained,
     member_consumer,
     member_output,
+    member_skips,
     serve_endpoint,
     warn_about_generated_names,
 )
@@ -167,9 +168,10 @@ class Service:
         txid = f"{self.pipeline.name}-{self.instance_id}" if self.exactly_once else None
         self.output = member_output(self.pipeline, cfg, settings, txid, self.partitions, max_bytes)
         self.consumer = member_consumer(self.pipeline, cfg, settings, client_id, self.static_id)
+        fail = cfg.processing.on_error is OnError.FAIL
         self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
-                                 fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point,
-                                 calls=CallLoop() if self.pipeline.async_steps() else None)
+                                 fail_on_error=fail, skips=member_skips(self.pipeline, settings) if fail else None,
+                                 fault=crash_point, calls=CallLoop() if self.pipeline.async_steps() else None)
         # No re-bootstrap when every broker is down (a one-broker cluster restarting): an admin
         # request made after librdkafka retired its broker handles aborts the process in
         # librdkafka 2.16 (rd_kafka_enq_once_del_source_return: eonce->refcnt > 0), as the
