@@ -12,7 +12,8 @@ replay the records of a Spark partition. What an engine hands the runner:
   changelog (rebuilding it when its local state is stale), ``restore`` applies changelog
   records, ``start`` runs the task.
 
-Dead letters, counters, the checkpoint's steps and the restore's decisions exist once, here.
+Dead letters and skips (``Task.record_failed``), counters, the checkpoint's steps and the
+restore's decisions exist once, here.
 """
 
 from __future__ import annotations
@@ -165,9 +166,9 @@ class TaskRunner:
                 failed: Callable[[InputRecord], None] | None = None, *, until: float = math.inf) -> int:
         """The hot loop: each record through its task's compiled handler; a record error goes
         to the dead-letter topic (or is raised, with ``fail_on_error``, unless ``skips`` names
-        the record: ``Task.record_failed``). ``unrouted`` gets the
-        first record of each partition without a running task (the engine fetches from there
-        again), ``failed`` the consumer's error records. Returns how many records were
+        the record: ``Task.record_failed``). ``unrouted`` gets the first record of each
+        partition without a running task (the engine fetches from there again), ``failed`` the
+        consumer's error records. Returns how many records were
         processed (watermark records excluded).
 
         Time bounds the work, not the batch: once the monotonic clock passes ``until`` (the

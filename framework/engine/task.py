@@ -4,9 +4,9 @@ Tasks are made and driven by the ``TaskRunner`` (``framework.engine.runner``), t
 the Kafka runtime, the TestDriver and the Spark replay. A task decodes each record, runs
 the compiled closures of the pipeline (``framework.engine.compile``), and sends a failing
 record to the dead-letter topic (or, under ``on_error="fail"``, stops on it unless the
-operator's skip list names it: ``framework.engine.skips``). Checkpoint support is split in the steps of the checkpoint
-procedure: ``produce_changelogs`` (step 1), ``commit_state`` (the state write) and
-``discard_state`` (abort).
+operator's skip list names it: ``framework.engine.skips``). Checkpoint support is split in
+the steps of the checkpoint procedure: ``produce_changelogs`` (step 1), ``commit_state``
+(the state write) and ``discard_state`` (abort).
 """
 
 from __future__ import annotations

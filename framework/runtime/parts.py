@@ -87,23 +87,24 @@ def serve_endpoint(service: Any, queries: Any) -> tuple[Observer, StatusServer, 
     return observer, server, f"{service.pipeline.name}-{service.instance_id}@{host}:{server.port}"
 
 
-def explained(exc: Exception, settings: dict[str, str], pipeline: Pipeline) -> Exception:
+def explained(exc: Exception, settings: dict[str, str], pipeline: Pipeline, *, skip_list: bool) -> Exception:
     """The error a member stops with for ``exc``: itself when its cause is known, else what the
     cluster says the principal lacks (a denied operation surfaces wherever the client noticed
-    it: a transaction in an error state, a produce refused), else the client's failure."""
+    it: a transaction in an error state, a produce refused), else the client's failure.
+    ``skip_list``: the member reads the skip list (``on_error=fail``), so it needs that too."""
     said = client_failure(exc)
     if isinstance(exc, (AccessProblem, FencedError, OutageTooLong, SlowRecord)) or not (
             said or isinstance(exc, KafkaClientError)):
         return exc  # the cause is known: no question to the cluster (it may be away) first
-    missing = _missing_grants(settings, pipeline)
+    missing = _missing_grants(settings, pipeline, skip_list)
     if missing:
         return denied(settings, pipeline.name, missing)
     return FatalKafkaError(said) if said else exc
 
 
-def _missing_grants(settings: dict[str, str], pipeline: Pipeline) -> list[Grant]:
+def _missing_grants(settings: dict[str, str], pipeline: Pipeline, skip_list: bool) -> list[Grant]:
     try:
-        return missing_grants(settings, service_grants(pipeline), timeout_s=10.0)
+        return missing_grants(settings, service_grants(pipeline, skip_list=skip_list), timeout_s=10.0)
     except Exception as exc:
         if client_failure(exc) is None:
             raise

@@ -95,6 +95,7 @@ class Service:
         # leave a ghost member holding partitions until its session times out
         self.static_id = instance_id if static_membership else None
         self.exactly_once = config.processing.guarantee is Guarantee.EXACTLY_ONCE
+        self.fail_on_error = config.processing.on_error is OnError.FAIL  # then it reads the skip list too
         self.inputs = pipeline.input_topics()
         self.client_id: str | None = None  # what advertises the endpoint to fw status
         self.observer: Observer | None = None
@@ -137,7 +138,7 @@ class Service:
         try:
             self._run(until, cfg, settings, client_id)
         except Exception as exc:
-            error = explained(exc, settings, self.pipeline)
+            error = explained(exc, settings, self.pipeline, skip_list=self.fail_on_error)
             if error is exc:
                 raise
             raise error from (exc if isinstance(error, FatalKafkaError) and not isinstance(error, AccessProblem)
@@ -160,7 +161,7 @@ class Service:
         max_bytes = producer_max_bytes(cfg.kafka.producer)
         self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics,
                                                 max_message_bytes=max_bytes, internal=internal_topics(cfg.kafka))
-        missing = missing_grants(settings, service_grants(self.pipeline))
+        missing = missing_grants(settings, service_grants(self.pipeline, skip_list=self.fail_on_error))
         if missing:
             raise denied(settings, self.pipeline.name, missing)
         warn_about_generated_names(self.pipeline)
@@ -168,7 +169,7 @@ class Service:
         txid = f"{self.pipeline.name}-{self.instance_id}" if self.exactly_once else None
         self.output = member_output(self.pipeline, cfg, settings, txid, self.partitions, max_bytes)
         self.consumer = member_consumer(self.pipeline, cfg, settings, client_id, self.static_id)
-        fail = cfg.processing.on_error is OnError.FAIL
+        fail = self.fail_on_error
         self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
                                  fail_on_error=fail, skips=member_skips(self.pipeline, settings) if fail else None,
                                  fault=crash_point, calls=CallLoop() if self.pipeline.async_steps() else None)
