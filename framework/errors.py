@@ -154,6 +154,15 @@ class RecordError(FrameworkError):
             self.args = (self._render(),)
         return self
 
+    def or_else(self, fix: str) -> RecordError:
+        """Add another way to fix it, after the one the raiser gave (once: an error raised
+        again on its way out is not told twice)."""
+        if self.fix is not None and fix in self.fix:
+            return self
+        self.fix = f"{self.fix}; or {fix}" if self.fix else fix
+        self.args = (self._render(),)
+        return self
+
     def __str__(self) -> str:
         return self._render()
 

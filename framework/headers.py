@@ -8,7 +8,9 @@
   before it had any effect: what it was given, ``[key, value, timestamp]`` in the framework's
   value encoding (``framework.serde.values``), so the record can be re-driven to it;
 - ``fw.redrive.*``: on a re-drive record (``framework.engine.redrive``), and on a dead letter
-  of a re-driven record (``fw.redrive.of``: the dead letter it re-drove).
+  of a re-driven record (``fw.redrive.of``: the dead letter it re-drove);
+- ``fw.skipped``, ``fw.skip.reason``: on the dead letter of a record the operator's skip list
+  named (``framework.engine.skips``): the entry, ``topic[partition]@offset``, and its reason.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ REDRIVE_INPUT = "fw.redrive.input"
 REDRIVE_KEY = "fw.redrive.key"
 REDRIVE_VALUE = "fw.redrive.value"
 REDRIVE_ENCODING = "fw.redrive.encoding"
+SKIPPED = "fw.skipped"
+SKIP_REASON = "fw.skip.reason"
 
 _COORDINATES = re.compile(r"(.+)\[(\d+)\]@(-?\d+)")
 

@@ -18,6 +18,7 @@ from framework.cli import output as out
 from framework.errors import RuntimeProblem
 from framework.ops import cleanup as C
 from framework.ops import groups as G
+from framework.ops import skips as Sk
 from framework.ops import state as St
 from framework.ops import tail as Tl
 from framework.ops import topics as T
@@ -29,6 +30,7 @@ from framework.ops.targets import (
     service_pipeline,
 )
 from framework.pipeline.definition import Pipeline
+from framework.runtime.topics import internal_topics
 
 F = TypeVar("F", bound=Callable[..., Any])
 _POSITION_HELP = "earliest, latest, a time (ISO 8601 or ms since the epoch) or topic:partition:offset[,...]"
@@ -172,7 +174,7 @@ def _tail_line(r: Tl.TailRow) -> str:
 
 @click.group()
 def group() -> None:
-    """Describe and reset a service's consumer group."""
+    """Describe and reset a service's consumer group; skip a record it stops at."""
 
 
 def _group_target(service: str) -> tuple[str, Any]:
@@ -235,6 +237,64 @@ def group_reset(service: str, to: str, dry_run: bool, as_json: bool, config_file
                 f"{_listed(plan.deleted)}"),
                f"local state {would}deleted from {plan.state_dir}: {_listed(plan.local)}",
                *plan.notes, "dry run: nothing was changed" if dry_run else "reset done"])
+
+
+@group.command("skip")
+@click.argument("service")
+@click.argument("record", metavar="TOPIC:PARTITION:OFFSET")
+@click.option("--reason", default="", metavar="TEXT",
+              help="Why: kept with the entry and on the record's dead letter (fw.skip.reason).")
+@click.option("--remove", is_flag=True, help="Take the record out of the skip list instead.")
+@_common
+def group_skip(service: str, record: str, reason: str, remove: bool, as_json: bool, config_file: str | None) -> None:
+    """Put one record in SERVICE's skip list: the record a member under on_error=fail
+    stopped at (its error names it topic[partition]@offset; for a record behind a key_by,
+    either coordinates of "orders[0]@42 (through shop-by-user-repartition[1]@7)" will do).
+    When a step raises on that record again, the member sends it to the dead-letter topic
+    (headers fw.skipped, fw.skip.reason), logs one warning and goes on; the records before and
+    after it are processed as ever, exactly once, and the group's offsets are not moved. A
+    record that succeeds is processed as ever.
+
+    The list is the compacted topic <service>-skips, which every member reads at its first
+    failure. Refused while the group has members (stop them, skip, start them again), for a
+    topic the service does not read, and for an offset its partition does not hold. Adding an
+    entry twice or removing a missing one changes nothing. fw group skips SERVICE lists them.
+    """
+    if remove and reason:
+        raise click.UsageError("--reason goes with adding a record, not with --remove")
+    config = load_config(config_file)
+    settings = client_settings(config)
+    change = Sk.plan_skip(settings, service_pipeline(service, "group skip"), record, reason, remove=remove)
+    Sk.apply_skip(settings, change, internal_topics(config.kafka))
+    if as_json:
+        out.emit_json(change.as_dict())
+        return
+    where, listed = change.entry.where, f"the skip list of service {change.service}"
+    if not change.changed:
+        out.lines([f"{where} is {'not ' if remove else ''}in {listed}{'' if remove else ' already'}: nothing changed"])
+    elif remove:
+        out.lines([f"removed {where} from {listed}: a member stops at it again if a step raises on it"])
+    else:
+        because = f" ({change.entry.reason})" if change.entry.reason else ""
+        then = "when a step raises on it, a member under on_error=fail dead-letters it and goes on"
+        out.lines([f"added {where} to {listed}{because}: {then}. Start the service again"])
+
+
+@group.command("skips")
+@click.argument("service")
+@_common
+def group_skips(service: str, as_json: bool, config_file: str | None) -> None:
+    """The records in SERVICE's skip list (fw group skip), with their reasons and when each was added."""
+    pipeline = service_pipeline(service, "group skips")
+    entries = Sk.read_skips(_settings(config_file), pipeline.name)
+    if as_json:
+        out.emit_json([s.as_dict() for s in entries])
+        return
+    if not entries:
+        out.lines([f"the skip list of service {pipeline.name} is empty"])
+        return
+    out.table(f"skip list of service {pipeline.name}", ["record", "added", "reason"],
+              [(s.where, s.at or "-", s.reason or "-") for s in entries], fold=("reason",))
 
 
 def _listed(names: Iterable[str]) -> str:

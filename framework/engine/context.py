@@ -157,11 +157,9 @@ class TaskContext:
             self.time.advanced(inp)
 
     def record_failed(self, msg: InputRecord, error: RecordError) -> None:
-        """A record failed outside the record loop (an async call's result): to the dead-letter
-        topic, or raised with its coordinates (``on_error=fail``). ``current`` is ``msg``."""
-        if self.task.fail_on_error:
-            raise error.locate(error.coordinates or self.coordinates())
-        self.task.dead_letter(msg, error)
+        """A record failed outside the record loop (an async call's result): as any record's
+        failure (``Task.record_failed``). ``current`` is ``msg``."""
+        self.task.record_failed(msg, error)
 
     def on_processing_time(self, step: str, fn: Callable[[int], None]) -> None:
         """Call ``fn(now_ms)`` on every wall-clock tick of the task."""

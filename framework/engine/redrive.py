@@ -65,16 +65,16 @@ def redrive_headers(service: str, step: str, of: str, *, step_input: bytes | Non
 class Redrives:
     """A task's handling of re-drive records. ``pushes``: each step's push per parent (as the
     task compiled them); ``reads``: the input topics whose records leave a step without
-    crossing a topic; ``decode``: the value encoding's decoder; ``failed``: the
-    task's dead letter of a record, with the value it shows and its encoding."""
+    crossing a topic; ``decode``: the value encoding's decoder; ``failed``: what the task does
+    with a record that failed (``Task.record_failed``: its dead letter, with the value it shows
+    and its encoding, or the error raised under ``on_error="fail"``)."""
 
     def __init__(self, service: str, pushes: Mapping[str, Mapping[str, Any]],
                  reads: Callable[[str], frozenset[str]], decode: Callable[[bytes], Any],
-                 ctx: Any, failed: Callable[[InputRecord, RecordError, tuple[bytes | None, str] | None], None],
-                 fail_on_error: bool) -> None:
+                 ctx: Any, failed: Callable[[InputRecord, RecordError, tuple[bytes | None, str] | None], None]) -> None:
         self.service = service.encode()
         self.pushes, self.reads, self.decode, self.ctx = pushes, reads, decode, ctx
-        self.failed, self.fail_on_error = failed, fail_on_error
+        self.failed = failed
 
     def handle(self, msg: InputRecord, own_step: str, own: Callable[[InputRecord], Any]) -> Any:
         """A record with no key and no value read by the handler of ``own_step`` (``own``):
@@ -99,8 +99,6 @@ class Redrives:
             else:
                 self._resume(record, step, mine.get(REDRIVE_INPUT))
         except RecordError as err:
-            if self.fail_on_error:
-                raise err.locate(err.coordinates or self.ctx.coordinates())
             self.failed(record, err, shown)
         return None
 

@@ -12,7 +12,8 @@ replay the records of a Spark partition. What an engine hands the runner:
   changelog (rebuilding it when its local state is stale), ``restore`` applies changelog
   records, ``start`` runs the task.
 
-Dead letters, counters, the checkpoint's steps and the restore's decisions exist once, here.
+Dead letters and skips (``Task.record_failed``), counters, the checkpoint's steps and the
+restore's decisions exist once, here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 from framework.engine.calls import InlineCalls
 from framework.engine.context import InputRecord, Output
 from framework.engine.globals import GlobalTables
+from framework.engine.skips import SkipList
 from framework.engine.task import Handler, Task
 from framework.errors import RecordCoordinates, RecordError, StateError
 from framework.operators.async_io import HOLD, Calls
@@ -89,7 +91,7 @@ class TaskRunner:
 
     def __init__(self, pipeline: Pipeline, backend: StoreBackend, output: Output, *, partitions: int,
                  now_ms: Callable[[], int] | None = None, fail_on_error: bool = False,
-                 fault: Fault = _no_fault, calls: Calls | None = None) -> None:
+                 skips: SkipList | None = None, fault: Fault = _no_fault, calls: Calls | None = None) -> None:
         pipeline.validate()
         self.pipeline = pipeline
         self.backend = backend
@@ -97,6 +99,7 @@ class TaskRunner:
         self.partitions = partitions  # the service's task count: partitions of its internal topics
         self.now_ms = now_ms
         self.fail_on_error = fail_on_error
+        self.skips = skips  # what a failing record under on_error=fail may be skipped by (framework.engine.skips)
         self.fault = fault
         self.codec = ValueCodec(pipeline.types)
         self.globals = GlobalTables(pipeline, backend, self.codec, now_ms or _wall_ms)
@@ -117,7 +120,7 @@ class TaskRunner:
     def _new_task(self, partition: int) -> Task:
         return Task(self.pipeline, partition, self.backend, self.output, codec=self.codec,
                     partitions=self.partitions, now_ms=self.now_ms, fail_on_error=self.fail_on_error,
-                    globals=self.globals, calls=self.calls)
+                    skips=self.skips, globals=self.globals, calls=self.calls)
 
     def start(self, partition: int) -> Task:
         """Run the task of ``partition`` from its stores as they are (restored, or new)."""
@@ -162,9 +165,10 @@ class TaskRunner:
     def process(self, records: Sequence[InputRecord], unrouted: Callable[[InputRecord], None] | None = None,
                 failed: Callable[[InputRecord], None] | None = None, *, until: float = math.inf) -> int:
         """The hot loop: each record through its task's compiled handler; a record error goes
-        to the dead-letter topic (or is raised, with ``fail_on_error``). ``unrouted`` gets the
-        first record of each partition without a running task (the engine fetches from there
-        again), ``failed`` the consumer's error records. Returns how many records were
+        to the dead-letter topic (or is raised, with ``fail_on_error``, unless ``skips`` names
+        the record: ``Task.record_failed``). ``unrouted`` gets the first record of each
+        partition without a running task (the engine fetches from there again), ``failed`` the
+        consumer's error records. Returns how many records were
         processed (watermark records excluded).
 
         Time bounds the work, not the batch: once the monotonic clock passes ``until`` (the
@@ -198,7 +202,7 @@ class TaskRunner:
              failed: Callable[[InputRecord], None] | None, until: float, one_partition: bool = False) -> int:
         """``records`` in order (``one_partition``: all of one partition, as its held ones are:
         once its async step is full, the rest is held at once, without asking the step each)."""
-        routes, fail, due, n, held = self.routes, self.fail_on_error, self._alarm.due, 0, self.held
+        routes, due, n, held = self.routes, self._alarm.due, 0, self.held
         skipped: set[TP] = set()
         cut = None  # the record after which the deadline passed, or the one a full step did not take
         try:
@@ -228,10 +232,8 @@ class TaskRunner:
                             cut = msg
                             break
                     # else True: a watermark control record, not a record
-                except RecordError as err:
-                    if fail:
-                        raise err.locate(err.coordinates or task.ctx.coordinates())
-                    task.dead_letter(msg, err)
+                except RecordError as err:  # dead-lettered, or raised (on_error=fail) unless skipped
+                    task.record_failed(msg, err)
                     n += 1
                     cell[0] += 1
                 if due[0]:  # the deadline passed (``_Alarm``): the rest waits for the next call

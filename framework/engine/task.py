@@ -3,9 +3,10 @@
 Tasks are made and driven by the ``TaskRunner`` (``framework.engine.runner``), the same for
 the Kafka runtime, the TestDriver and the Spark replay. A task decodes each record, runs
 the compiled closures of the pipeline (``framework.engine.compile``), and sends a failing
-record to the dead-letter topic. Checkpoint support is split in the steps of the checkpoint
-procedure: ``produce_changelogs`` (step 1), ``commit_state`` (the state write) and
-``discard_state`` (abort).
+record to the dead-letter topic (or, under ``on_error="fail"``, stops on it unless the
+operator's skip list names it: ``framework.engine.skips``). Checkpoint support is split in
+the steps of the checkpoint procedure: ``produce_changelogs`` (step 1), ``commit_state``
+(the state write) and ``discard_state`` (abort).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from framework.engine.compile import build_step
 from framework.engine.context import InputRecord, Output, TaskContext, record_headers
 from framework.engine.redrive import NOT_REDRIVE, Redrives
+from framework.engine.skips import Skip, SkipList
 from framework.errors import (
     DeserializationError,
     PipelineError,
@@ -28,7 +30,7 @@ from framework.errors import (
     RecordError,
     StateError,
 )
-from framework.headers import STEP_INPUT, VALUE_ENCODING, coordinates
+from framework.headers import SKIP_REASON, SKIPPED, STEP_INPUT, VALUE_ENCODING, coordinates
 from framework.logs import record_fields
 from framework.operators.async_io import HOLD
 from framework.pipeline import steps as S
@@ -78,13 +80,15 @@ class Task:
 
     def __init__(self, pipeline: Pipeline, partition: int, backend: StoreBackend, output: Output, *,
                  codec: ValueCodec, partitions: int = 1, now_ms: Callable[[], int] | None = None,
-                 fail_on_error: bool = False, globals: Any = None, calls: Any = None) -> None:
+                 fail_on_error: bool = False, skips: SkipList | None = None, globals: Any = None,
+                 calls: Any = None) -> None:
         self.pipeline = pipeline
         self.partition = partition
         self.partitions = partitions  # tasks of the service: the partitions of its internal topics
         self.output = output
         self.codec = codec
         self.fail_on_error = fail_on_error
+        self.skips = skips  # consulted only when a record fails under on_error=fail
         self.stores = {name: CachedPartition(backend.open(pipeline.name, name, partition), codec, name)
                        for name in pipeline.store_names()}
         self._check_state_fits()
@@ -127,8 +131,8 @@ class Task:
         handlers: dict[str, Handler] = {}
         self._internal_values: dict[str, Callable[[bytes], Any]] = {}  # repartition topic -> its value decoder
         # re-drive records resume at a step's push, found in ``inputs`` once it is filled in
-        self.redrives = Redrives(p.name, inputs, self._reached_from, self.codec.decode, self.ctx, self.dead_letter,
-                                 self.fail_on_error)
+        self.redrives = Redrives(p.name, inputs, self._reached_from, self.codec.decode, self.ctx,
+                                 self.record_failed)
         for step in reversed(list(p.steps.values())):  # steps are stored in topological order
             down = _fanout([inputs[c][step.name] for c in p.children[step.name]])
             if isinstance(step, S.Source):
@@ -335,7 +339,29 @@ class Task:
         raised for the caller to dead-letter or stop on."""
         return self.handlers[msg.topic()](msg)
 
-    def dead_letter(self, msg: InputRecord, error: RecordError, shown: tuple[bytes | None, str] | None = None) -> None:
+    def record_failed(self, msg: InputRecord, error: RecordError,
+                      shown: tuple[bytes | None, str] | None = None) -> None:
+        """``msg`` failed with ``error``, wherever it was processed (the record loop, a re-drive,
+        an async call's result): to the dead-letter topic. Under ``on_error="fail"`` the error
+        is raised with its coordinates, unless the operator's skip list names the record
+        (``framework.engine.skips``): then it is dead-lettered with the skip, one warning says
+        so, and processing goes on."""
+        if not self.fail_on_error:
+            self.dead_letter(msg, error, shown)
+            return
+        error.locate(error.coordinates or self.ctx.coordinates())
+        where = error.coordinates
+        skip = None if self.skips is None or where is None else self.skips.find(where)
+        if skip is None:
+            if where is None:
+                raise error
+            first = coordinates(where.origin or "") or (where.topic, where.partition, where.offset)
+            raise error.or_else(f"to go on past this one record, stop the service and run fw group skip "
+                                f"{self.pipeline.target or self.pipeline.name} {':'.join(map(str, first))}")
+        self.dead_letter(msg, error, shown, skip)
+
+    def dead_letter(self, msg: InputRecord, error: RecordError, shown: tuple[bytes | None, str] | None = None,
+                    skip: Skip | None = None) -> None:
         """Send the record to the dead-letter topic: its key, a value people can read (below),
         its timestamp and headers, then the coordinates, origin, step and error as headers:
         after the record's own, so the last header of each ``fw.`` name is the framework's even
@@ -353,11 +379,20 @@ class Task:
         A step that failed before it had any effect gave the error its input
         (``RecordError.step_input``): it goes in ``fw.step.input``, in the value encoding, when
         it has a form there, so the record can be re-driven to the step (``framework.engine.redrive``).
-        ``shown``: the value and encoding to show instead (a re-driven record's, which has none)."""
+        ``shown``: the value and encoding to show instead (a re-driven record's, which has none).
+        ``skip``: the skip-list entry that named the record (``fw.skipped``, ``fw.skip.reason``),
+        said in a warning instead of the error line."""
         if error.coordinates is None:
             error.locate(self.ctx.coordinates())
-        log.error("dead letter: %s", error, extra={
-            **record_fields(error.coordinates, error.step), "service": self.pipeline.name})
+        fields = {**record_fields(error.coordinates, error.step), "service": self.pipeline.name}
+        if skip is None:
+            log.error("dead letter: %s", error, extra=fields)
+        else:
+            log.warning("skipped %s in step %r (the skip list of service %s names %s%s): %s; it goes to the "
+                        "dead-letter topic %s and the service goes on", error.coordinates.described()
+                        if error.coordinates else "a record", error.step, self.pipeline.name, skip.where,
+                        f": {skip.reason}" if skip.reason else "", error.message, self.pipeline.dead_letter.name,
+                        extra=fields)
         origin = self.ctx.origin() if self.ctx.current is msg else None
         where = coordinates((origin or b"").decode("utf-8", "replace"))
         own = [
@@ -378,6 +413,8 @@ class Task:
         step_input = None if error.step_input is None else _encoded(self.codec, list(error.step_input))
         if step_input is not None:
             own.append((STEP_INPUT, step_input))
+        if skip is not None:
+            own += [(SKIPPED, skip.where.encode()), (SKIP_REASON, skip.reason.encode())]
         original = record_headers(msg)
         if original is None:
             own.append(("fw.source.headers", b"not copied: the client cannot read them (a name not in UTF-8)"))

@@ -26,7 +26,13 @@ from confluent_kafka import (
 from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic, ResourceType
 
 from framework.errors import KafkaClientError, RuntimeProblem
-from framework.kafka.admin import TopicSpec, admin_client, ensure_topics, group_ids
+from framework.kafka.admin import (
+    TopicSpec,
+    admin_client,
+    ensure_topics,
+    group_ids,
+    topic_partitions,
+)
 from framework.kafka.clients import watermarks
 from framework.kafka.connect import probe
 from framework.kafka.logs import CLIENT_LOG
@@ -288,3 +294,22 @@ class TopicReader:
 
     def close(self) -> None:
         self._c.close()
+
+
+def read_whole(settings: Mapping[str, Any], topic: str, poll_s: float = 0.5) -> list[ReadRecord]:
+    """Every committed record of ``topic`` up to its ends now, by partition and offset (none
+    when the topic does not exist): a small topic such as a ledger or a list."""
+    parts = topic_partitions(admin_client(settings), [topic]).get(topic)
+    if not parts:
+        return []
+    reader = TopicReader(settings, {(topic, p): 0 for p in range(parts)})  # 0: the first offset there is
+    out: list[ReadRecord] = []
+    at_end: set[TP] = set()
+    try:
+        while len(at_end) < parts:
+            records, ended = reader.read(poll_s)
+            out.extend(records)
+            at_end |= ended
+    finally:
+        reader.close()
+    return sorted(out, key=lambda r: (r.partition, r.offset))

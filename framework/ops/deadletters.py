@@ -38,22 +38,15 @@ from typing import Any
 from framework.engine.redrive import redrive_headers
 from framework.errors import ConfigError
 from framework.headers import REDRIVE_OF, STEP_INPUT, VALUE_ENCODING
-from framework.kafka.admin import (
-    CLUSTER_DEFAULTS,
-    InternalTopics,
-    admin_client,
-    ensure_topics,
-    topic_partitions,
-)
+from framework.kafka.admin import CLUSTER_DEFAULTS, InternalTopics, admin_client, ensure_topics
 from framework.kafka.clients import KafkaOutput
-from framework.kafka.inspect import ReadRecord, TopicReader
+from framework.kafka.inspect import ReadRecord, read_whole
 from framework.kafka.offsets import parse_time
 from framework.ops.tail import dead_letter_of
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
 from framework.pipeline.internal import redrive_ledger_topic
 
-_READ_TIMEOUT_S = 0.5
 _TXN_TIMEOUT_S = 60.0
 
 
@@ -273,7 +266,7 @@ def plan_redrive(pipeline: Pipeline, letters: Iterable[Letter], redriven: Iterab
 def read_letters(settings: Mapping[str, Any], pipeline: Pipeline) -> list[Letter]:
     """Every committed dead letter of the service (none when its topic does not exist yet)."""
     out = []
-    for record in _read_all(settings, pipeline.dead_letter.name):
+    for record in read_whole(settings, pipeline.dead_letter.name):
         letter = letter_of(record)
         if letter is not None:
             out.append(letter)
@@ -282,25 +275,8 @@ def read_letters(settings: Mapping[str, Any], pipeline: Pipeline) -> list[Letter
 
 def read_redriven(settings: Mapping[str, Any], service: str) -> set[str]:
     """The dead letters the ledger says were re-driven (their coordinates)."""
-    return {r.key.decode("utf-8", "replace") for r in _read_all(settings, redrive_ledger_topic(service))
+    return {r.key.decode("utf-8", "replace") for r in read_whole(settings, redrive_ledger_topic(service))
             if r.key is not None and r.value is not None}
-
-
-def _read_all(settings: Mapping[str, Any], topic: str) -> list[ReadRecord]:
-    parts = topic_partitions(admin_client(settings), [topic]).get(topic)
-    if not parts:
-        return []
-    reader = TopicReader(settings, {(topic, p): 0 for p in range(parts)})  # 0: the first offset there is
-    out: list[ReadRecord] = []
-    at_end: set[tuple[str, int]] = set()
-    try:
-        while len(at_end) < parts:
-            records, ended = reader.read(_READ_TIMEOUT_S)
-            out.extend(records)
-            at_end |= ended
-    finally:
-        reader.close()
-    return sorted(out, key=lambda r: (r.partition, r.offset))
 
 
 def redrive(settings: Mapping[str, Any], pipeline: Pipeline, *, step: str | None = None, since: int | None = None,

@@ -1,4 +1,5 @@
-"""``fw group describe | reset``: a service's consumer group.
+"""``fw group describe | reset``: a service's consumer group (``fw group skip`` and ``skips``,
+its skip list: ``framework.ops.skips``).
 
 **Describe** shows the members (client id, host, assigned partitions) and, per partition of
 the service's input topics (or, for a bare group id, of the topics it has offsets for), the
@@ -26,8 +27,8 @@ running member would go on from its own positions and state); then
 
 It leaves the user's topics: sources, outputs (the rerun appends to them, and says so), the
 dead letters, the backfill ledger with its marker groups, which describe outputs that are
-still there (``fw replay --clean`` forgets them), and the re-drive ledger
-(``framework.ops.deadletters``).
+still there (``fw replay --clean`` forgets them), the re-drive ledger
+(``framework.ops.deadletters``) and the skip list (``framework.engine.skips``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from framework.kafka.inspect import Cluster, GroupInfo
 from framework.kafka.offsets import resolve_positions
 from framework.ops.cleanup import ELSEWHERE, drop_local, refuse_while_running, survey
 from framework.pipeline.definition import Pipeline
-from framework.pipeline.internal import ledger_topic, redrive_ledger_topic
+from framework.pipeline.internal import ledger_topic, redrive_ledger_topic, skips_topic
 
 TP = tuple[str, int]
 
@@ -143,7 +144,7 @@ def plan_reset(settings: Mapping[str, Any], pipeline: Pipeline, to: str, state_r
     deleted = [t.topic for t in found.internal if t.topic not in recreated]
     written = {"outputs": sorted({t.name for t in pipeline.sink_topics()} - set(sources)),
                "dead letters": [pipeline.dead_letter.name], "backfill ledger": [ledger_topic(group)],
-               "re-drive ledger": [redrive_ledger_topic(group)]}
+               "re-drive ledger": [redrive_ledger_topic(group)], "skip list": [skips_topic(group)]}
     kept = {what: [t for t in names if t in found.topics] for what, names in written.items()}
     plan = ResetPlan(group, offsets, forgotten, recreated, deleted, found.state_dir, found.stores_here,
                      {what: names for what, names in kept.items() if names})
@@ -186,5 +187,9 @@ def _notes(plan: ResetPlan, pipeline: Pipeline) -> list[str]:
         [ledger] = plan.kept["re-drive ledger"]
         notes.append(f"re-drive ledger kept: {ledger}: the dead letters it names stay re-driven; re-drive records "
                      "in the sources after --to are processed again")
+    if "skip list" in plan.kept:
+        [skips] = plan.kept["skip list"]
+        notes.append(f"skip list kept: {skips}: the records it names are dead-lettered again if a step raises on "
+                     f"them (fw group skips {pipeline.target or pipeline.name} lists them)")
     notes.append(ELSEWHERE.format(service=pipeline.name))
     return notes

@@ -11,6 +11,8 @@ A service ``S`` (``Pipeline.name``, its consumer group) makes:
   groups ``S-backfill-<id>`` and ``S-replay-<run>``;
 - ``S-redrives``: the ledger of its dead-letter re-drives (``framework.ops.deadletters``), and
   the transactional id ``S-redrive``;
+- ``S-skips``: its skip list, the records a member under ``on_error="fail"`` dead-letters
+  instead of stopping at (``framework.engine.skips``, written by ``fw group skip``);
 - groups ``S`` (committed offsets) and ``S-restore``, ``S-standby``, ``S-global`` (readers
   that commit nothing), and transactional ids ``S-<instance>``.
 
@@ -35,6 +37,7 @@ TIME_STORE = "_time"  # a task's watermarks; not a valid step name, so never a s
 DEAD_LETTER_SUFFIX = "-dead-letter"
 LEDGER_SUFFIX = "-backfills"
 REDRIVE_LEDGER_SUFFIX = "-redrives"
+SKIPS_SUFFIX = "-skips"
 
 _STEP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")  # as Pipeline checks step names
 
@@ -54,6 +57,11 @@ def ledger_topic(service: str) -> str:
 def redrive_ledger_topic(service: str) -> str:
     """The ledger of the service's dead-letter re-drives (``framework.ops.deadletters``)."""
     return f"{service}{REDRIVE_LEDGER_SUFFIX}"
+
+
+def skips_topic(service: str) -> str:
+    """The service's skip list (``framework.engine.skips``)."""
+    return f"{service}{SKIPS_SUFFIX}"
 
 
 @dataclass(frozen=True, order=True)

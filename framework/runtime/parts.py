@@ -1,6 +1,7 @@
 """The parts of a member that ``Service`` wires together, made here: its clients (the
 transactional producer and the group consumer, configured from the service's settings), its
-status endpoint, and the one line for a client failure whose cause the cluster can name."""
+skip list, its status endpoint, and the one line for a client failure whose cause the cluster
+can name."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import socket
 from typing import Any
 
 from framework.config import Config
+from framework.engine.skips import SkipList, skips_of
 from framework.errors import (
     AccessProblem,
     FatalKafkaError,
@@ -23,14 +25,24 @@ from framework.errors import (
 from framework.kafka.acl import Grant, denied, missing_grants
 from framework.kafka.clients import GroupConsumer, KafkaOutput
 from framework.kafka.connect import client_failure
+from framework.kafka.inspect import read_whole
 from framework.observe.metrics import multiprocess_dir
 from framework.observe.observer import Observer
 from framework.observe.server import StatusServer
 from framework.pipeline import steps as S
 from framework.pipeline.definition import Pipeline
+from framework.pipeline.internal import skips_topic
 from framework.runtime.topics import output_limits, service_grants, topics_missing
 
 log = logging.getLogger("framework.runtime")
+
+
+def member_skips(pipeline: Pipeline, settings: dict[str, str]) -> SkipList:
+    """The service's skip list as a member under ``on_error="fail"`` consults it: read from
+    ``<service>-skips`` the first time one of its records fails, not before
+    (``framework.engine.skips``)."""
+    topic = skips_topic(pipeline.name)
+    return SkipList(load=lambda: skips_of((r.key, r.value) for r in read_whole(settings, topic)).values())
 
 
 def member_output(pipeline: Pipeline, cfg: Config, settings: dict[str, str], transactional_id: str | None,
@@ -75,23 +87,24 @@ def serve_endpoint(service: Any, queries: Any) -> tuple[Observer, StatusServer, 
     return observer, server, f"{service.pipeline.name}-{service.instance_id}@{host}:{server.port}"
 
 
-def explained(exc: Exception, settings: dict[str, str], pipeline: Pipeline) -> Exception:
+def explained(exc: Exception, settings: dict[str, str], pipeline: Pipeline, *, skip_list: bool) -> Exception:
     """The error a member stops with for ``exc``: itself when its cause is known, else what the
     cluster says the principal lacks (a denied operation surfaces wherever the client noticed
-    it: a transaction in an error state, a produce refused), else the client's failure."""
+    it: a transaction in an error state, a produce refused), else the client's failure.
+    ``skip_list``: the member reads the skip list (``on_error=fail``), so it needs that too."""
     said = client_failure(exc)
     if isinstance(exc, (AccessProblem, FencedError, OutageTooLong, SlowRecord)) or not (
             said or isinstance(exc, KafkaClientError)):
         return exc  # the cause is known: no question to the cluster (it may be away) first
-    missing = _missing_grants(settings, pipeline)
+    missing = _missing_grants(settings, pipeline, skip_list)
     if missing:
         return denied(settings, pipeline.name, missing)
     return FatalKafkaError(said) if said else exc
 
 
-def _missing_grants(settings: dict[str, str], pipeline: Pipeline) -> list[Grant]:
+def _missing_grants(settings: dict[str, str], pipeline: Pipeline, skip_list: bool) -> list[Grant]:
     try:
-        return missing_grants(settings, service_grants(pipeline), timeout_s=10.0)
+        return missing_grants(settings, service_grants(pipeline, skip_list=skip_list), timeout_s=10.0)
     except Exception as exc:
         if client_failure(exc) is None:
             raise

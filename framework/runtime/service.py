@@ -47,6 +47,7 @@ from framework.runtime.parts import (
     explained,
     member_consumer,
     member_output,
+    member_skips,
     serve_endpoint,
     warn_about_generated_names,
 )
@@ -94,6 +95,7 @@ class Service:
         # leave a ghost member holding partitions until its session times out
         self.static_id = instance_id if static_membership else None
         self.exactly_once = config.processing.guarantee is Guarantee.EXACTLY_ONCE
+        self.fail_on_error = config.processing.on_error is OnError.FAIL  # then it reads the skip list too
         self.inputs = pipeline.input_topics()
         self.client_id: str | None = None  # what advertises the endpoint to fw status
         self.observer: Observer | None = None
@@ -136,7 +138,7 @@ class Service:
         try:
             self._run(until, cfg, settings, client_id)
         except Exception as exc:
-            error = explained(exc, settings, self.pipeline)
+            error = explained(exc, settings, self.pipeline, skip_list=self.fail_on_error)
             if error is exc:
                 raise
             raise error from (exc if isinstance(error, FatalKafkaError) and not isinstance(error, AccessProblem)
@@ -159,7 +161,7 @@ class Service:
         max_bytes = producer_max_bytes(cfg.kafka.producer)
         self.partitions = ensure_service_topics(self.pipeline, settings, cfg.kafka.create_topics,
                                                 max_message_bytes=max_bytes, internal=internal_topics(cfg.kafka))
-        missing = missing_grants(settings, service_grants(self.pipeline))
+        missing = missing_grants(settings, service_grants(self.pipeline, skip_list=self.fail_on_error))
         if missing:
             raise denied(settings, self.pipeline.name, missing)
         warn_about_generated_names(self.pipeline)
@@ -167,9 +169,10 @@ class Service:
         txid = f"{self.pipeline.name}-{self.instance_id}" if self.exactly_once else None
         self.output = member_output(self.pipeline, cfg, settings, txid, self.partitions, max_bytes)
         self.consumer = member_consumer(self.pipeline, cfg, settings, client_id, self.static_id)
+        fail = self.fail_on_error
         self.runner = TaskRunner(self.pipeline, self.backend, self.output, partitions=self.partitions,
-                                 fail_on_error=cfg.processing.on_error is OnError.FAIL, fault=crash_point,
-                                 calls=CallLoop() if self.pipeline.async_steps() else None)
+                                 fail_on_error=fail, skips=member_skips(self.pipeline, settings) if fail else None,
+                                 fault=crash_point, calls=CallLoop() if self.pipeline.async_steps() else None)
         # No re-bootstrap when every broker is down (a one-broker cluster restarting): an admin
         # request made after librdkafka retired its broker handles aborts the process in
         # librdkafka 2.16 (rd_kafka_enq_once_del_source_return: eonce->refcnt > 0), as the

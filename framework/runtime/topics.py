@@ -25,7 +25,7 @@ from framework.kafka.admin import (
 )
 from framework.kafka.connect import principal
 from framework.pipeline.definition import Pipeline
-from framework.pipeline.internal import known_services, stale_stores
+from framework.pipeline.internal import known_services, skips_topic, stale_stores
 
 log = logging.getLogger("framework.runtime")
 
@@ -109,17 +109,19 @@ def warn_stale_stores(pipeline: Pipeline, topics: Iterable[str], groups: Callabl
                 "a store" if one else "stores", listed, "it" if one else "them", drops)
 
 
-def service_grants(pipeline: Pipeline) -> list[Grant]:
+def service_grants(pipeline: Pipeline, *, skip_list: bool = True) -> list[Grant]:
     """Every grant a member of ``pipeline`` needs, as Kafka Streams' docs list them for an
     application (Read and Write imply Describe): read its sources, read and write its own
-    repartition and changelog topics, write its sinks and dead letters, create the topics it
+    repartition and changelog topics, read its skip list (``<service>-skips``, written by ``fw
+    group skip``; ``skip_list``: only a member under ``on_error=fail`` reads it, and ``fw acls``
+    lists it for every service), write its sinks and dead letters, create the topics it
     creates when they are missing, join its consumer group (and the restore reader's, which
     shares the prefix) and own its transactional ids (``<service>-<instance>``)."""
     grants: set[Grant] = set()
     own = {*pipeline.input_topics(), *(pipeline.changelog_topic(s) for s in pipeline.changelogged_stores())}
     sources = {s.topic.name for s in pipeline.sources()} | {g.topic.name for g in pipeline.global_tables()}
     sinks = {t.name for t in pipeline.sink_topics()} | {pipeline.dead_letter.name}
-    for name in sources | own:
+    for name in sources | own | ({skips_topic(pipeline.name)} if skip_list else set()):
         grants.add(Grant("topic", name, "read"))
     for name in (own - sources) | sinks:
         grants.add(Grant("topic", name, "write"))

@@ -8,7 +8,10 @@ record; with ``auto_checkpoint=False`` a ``crash()`` discards everything since t
 ``checkpoint()``, restores the state exactly as a restarted service does (from the stored
 changelog offset, or from the start when the local state is lost), and re-processes the
 uncommitted input. ``restart(pipeline)`` does the same after a clean stop, with a changed
-pipeline if given: an upgrade.
+pipeline if given: an upgrade. With ``on_error="fail"`` a record error stops the call that
+processes it, as it stops a member; ``skip`` names a record in the skip list as ``fw group
+skip`` does (``framework.engine.skips``), and ``crash()`` then starts again from the last
+checkpoint, as the member's restart does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from framework.engine.calls import DeferredCalls, InlineCalls
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.engine.runner import ChangelogInfo, TaskRunner
+from framework.engine.skips import Skip, SkipList
 from framework.engine.task import Task
 from framework.errors import PipelineError
 from framework.headers import VALUE_ENCODING, dead_letter_value
@@ -149,12 +153,15 @@ class TestDriver:
 
     def __init__(self, pipeline: Pipeline, *, partitions: int = 1, auto_checkpoint: bool = True,
                  wall_clock_ms: int = 0, calls: Literal["inline", "deferred"] = "inline",
-                 fakes: Mapping[str, Any] | None = None) -> None:
+                 fakes: Mapping[str, Any] | None = None,
+                 on_error: Literal["dead_letter", "fail"] = "dead_letter") -> None:
         """``calls``: how async steps' calls run. ``"inline"``: each to its end when it is made,
         so outputs come in input order, deterministically; ``"deferred"``: they wait until
         ``complete_calls()``, so a test can checkpoint, crash and restore with records in
         flight. ``fakes``: a function per async step name to call instead of the step's own (a
-        fake client)."""
+        fake client). ``on_error``: as ``processing.on_error``; ``"fail"`` raises a record's
+        error (a ``RecordError`` naming it) from the call that processed it, unless ``skip``
+        named the record."""
         self.partitions = partitions
         self.auto_checkpoint = auto_checkpoint
         self.wall_clock_ms = wall_clock_ms  # the tasks' processing time; moves only by advance_wall_clock
@@ -163,6 +170,8 @@ class TestDriver:
         self.positions: dict[TP, int] = {}
         self.committed: dict[TP, int] = {}
         self._deferred, self._fakes = calls == "deferred", dict(fakes or {})
+        self.fail_on_error = on_error == "fail"
+        self.skips = SkipList()
         self._start(pipeline)
 
     def _start(self, pipeline: Pipeline, crash_at: str | None = None) -> None:
@@ -172,7 +181,8 @@ class TestDriver:
         self._crash_at = crash_at
         self.calls = DeferredCalls(self._fakes) if self._deferred else InlineCalls(self._fakes)
         self.runner = TaskRunner(pipeline, self.backend, self.topics, partitions=self.partitions,
-                                 now_ms=lambda: self.wall_clock_ms, fault=self._fault, calls=self.calls)
+                                 now_ms=lambda: self.wall_clock_ms, fail_on_error=self.fail_on_error,
+                                 skips=self.skips, fault=self._fault, calls=self.calls)
         for p in range(self.partitions):
             changelogs = {}
             for store in self.pipeline.store_names():
@@ -347,6 +357,13 @@ class TestDriver:
         return self.runner.metrics()
 
     # -- checkpoints and failures --------------------------------------------------------
+
+    def skip(self, topic: str, partition: int, offset: int, *, reason: str = "") -> None:
+        """Name the record ``topic[partition]@offset`` in the skip list, as ``fw group skip``
+        does: with ``on_error="fail"``, when a step raises on it (or on a record made from it,
+        behind a ``key_by``) it goes to the dead-letter topic instead (``fw.skipped``,
+        ``fw.skip.reason``) and processing goes on. ``crash()`` after a failure starts again."""
+        self.skips.add(Skip(f"{topic}[{partition}]@{offset}", reason))
 
     def checkpoint(self, *, crash_at: CrashPoint | None = None) -> None:
         """Changelogs, commit (outputs and positions become visible), then state writes: the

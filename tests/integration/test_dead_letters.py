@@ -161,5 +161,6 @@ def test_on_error_fail_names_the_input_record_and_the_step(kafka_bootstrap: str,
     through = f"to-{unique}-by-user-repartition[{repartitioned.partition}]@{repartitioned.offset}"
     last = svc.log_text().rstrip().splitlines()[-1]
     assert last == (f"error: {source}[{p}]@1 (through {through}) in step 'check': ValueError: negative amount -1 "
-                    f"{CHECK_FIX}")
+                    f"{CHECK_FIX}; or to go on past this one record, stop the service and run fw group skip {TARGET} "
+                    f"{source}:{p}:1")
     assert read_topic(kafka_bootstrap, f"to-{unique}-dead-letter") == []
