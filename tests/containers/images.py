@@ -55,7 +55,8 @@ import yaml
 from framework.broker.local import KAFKA_VERSION, LocalBroker
 from tests.containers.engine import engine_dir, engine_env, podman
 
-__all__ = ["BASE_TAG", "STACK_PROJECT", "Built", "build_all", "compose_images", "ensure_base", "service_images"]
+__all__ = ["BASE_TAG", "STACK_PROJECT", "Built", "build_all", "build_services", "compose_images", "ensure_base",
+           "service_images"]
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -147,9 +148,22 @@ def build_all(project: str, log: Callable[[str], None] = print) -> list[Built]:
     built.append(_ensure(kafka, (KAFKA_CONTEXT / "Containerfile").read_text(), _kafka_context()))
     built.append(_ensure(images["prometheus"], PROMETHEUS_RECIPE, {}))
     built.append(_ensure_services(project))
+    _log(built, log)
+    return built
+
+
+def build_services(project: str, log: Callable[[str], None] = print) -> list[Built]:
+    """Only the services' images (and the base and Python images they are built on): what a
+    test that runs services without the compose file's broker and Prometheus needs. The same
+    images, tags and labels as ``build_all``'s, so neither builds what the other built."""
+    built = [ensure_base(), _ensure(PYTHON_TAG, PYTHON_RECIPE, {}), _ensure_services(project)]
+    _log(built, log)
+    return built
+
+
+def _log(built: list[Built], log: Callable[[str], None]) -> None:
     for b in built:
         log(f"{b.tag}: {b.size / 1e6:.0f} MB, {'built' if b.rebuilt else 'cached'} in {b.seconds:.1f}s")
-    return built
 
 
 def ensure_base() -> Built:
