@@ -2,52 +2,40 @@
 
 ``deploy/kubernetes/services/sensors.yaml`` (what ``fw new`` writes, from
 ``framework/scaffold/templates/kubernetes/``) is a headless Service, a StatefulSet of two
-members and a PodDisruptionBudget. Debian's podman 4.3.1 plays Pods, Deployments,
-PersistentVolumeClaims and ConfigMaps only, so ``kube_pods`` derives from the StatefulSet
-what it would create, and changes only what podman 4.3.1 cannot run as written:
+members and a PodDisruptionBudget. Debian's podman 4.3.1 runs none of those kinds, so
+``tests.containers.kube.statefulset_pods`` derives what the StatefulSet would create: Pods
+``sensors-0`` and ``sensors-1`` with their claims, the container spec, environment, probes and
+volume mounts as written, changed only where podman 4.3.1 cannot run them (that module's
+docstring lists each change and why). The test itself changes two values more:
 
-- the StatefulSet's pod template becomes two Pods, ``sensors-0`` and ``sensors-1`` (its
-  names), each with its ``volumeClaimTemplates`` claim as a PersistentVolumeClaim
-  ``state-sensors-<n>`` (a podman named volume). The Service and the PodDisruptionBudget are
-  left out: podman has no kind for them (the Service's per-pod DNS names are below);
-- ``POD_NAMESPACE`` is the literal ``default``: podman's downward API has ``metadata.name``
-  but refuses ``metadata.namespace`` ("not valid or not supported");
-- ``$(VAR)`` references in the command and the environment are expanded here, as the kubelet
-  expands them: podman passes them on literally, and both members would run with the
-  instance id ``$(POD_NAME)``;
-- the container's ``ports`` are left out: podman 4.3.1 publishes every ``containerPort`` on
-  the host's port of the same number (Kubernetes publishes none), so the second pod could
-  not start (9400 taken). Nothing else uses them (see the probes below);
 - ``FW_OBSERVE__ADVERTISED_HOST`` is ``$(POD_NAME)``, not ``$(POD_NAME).sensors.$(POD_NAMESPACE).svc``:
-  without the headless Service no such name exists; on a podman network with DNS a pod is
-  found by its name (``sensors-1`` resolves to ``sensors-1.dns.podman``);
-- the image is the one built here from the ``Dockerfile`` (``tests.containers.images``), as
-  ``kustomization.yaml``'s ``images:`` would name it; the ConfigMap (``config.yaml``) points
-  ``FW_BOOTSTRAP_SERVERS`` at the test's broker, as a user points it at their cluster.
+  without the headless Service no such name exists; on a podman network with DNS
+  (aardvark-dns) a pod is found by its name (``sensors-1`` resolves as ``sensors-1.dns.podman``);
+- the ConfigMap's ``FW_BOOTSTRAP_SERVERS`` is the test's broker, as a user points it at theirs;
+  and the image is the one built here from the ``Dockerfile`` (``tests.containers.images``).
 
 The broker is the test's own, on the host (the framework's ``LocalBroker``), with a second
 listener on the podman network's gateway, advertised as ``host.containers.internal`` (podman
-writes that name into each pod's ``/etc/hosts``): the pods cannot reach the host's loopback,
-where its first listener is.
+writes that name into each pod's ``/etc/hosts``): a pod cannot reach the host's loopback, where
+the broker's first listener is. The pods start first, since the gateway's address exists once
+a container runs on the network; the members wait for the broker (``kafka.connect_timeout_ms``).
 
 Podman turns only the liveness probe into a healthcheck, and one that cannot pass here:
-``curl -f http://localhost:0/health`` (the named port ``http`` becomes 0, and the image has no
-curl); it has no timers to run it without systemd either. The test asks each probe's path and
-port (the named port resolved from the manifest) itself, from the host at the pod's address, as
-the kubelet does.
+``curl -f http://localhost:0/health`` (the named port ``http`` becomes 0, the image has no
+curl), and without systemd nothing runs it. The test asks every probe's path and port (the
+named port resolved from the manifest) itself, over HTTP at the pod's address, as the kubelet
+does.
 
 Then: the sensors demo's readings produced, member ``sensors-0`` asked for the rolling mean of
 every sensor (``/stores/mean-temperature/<sensor>``), those of ``sensors-1``'s partitions
-included (forwarded to it at its advertised name), and the same of ``sensors-1``; the
-answers compared with the means computed from the readings. Everything it created is removed
-at the end, pass or fail.
+included (forwarded to it at its advertised name), the same of ``sensors-1``, and the answers
+compared with the sums and counts of the readings. Everything it created is removed at the
+end, pass or fail.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-import re
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -66,6 +54,7 @@ from framework.produce import produce
 from services.sensors import pipeline as sensors
 from tests.containers.engine import machine_lock, missing_tools, podman
 from tests.containers.images import STACK_PROJECT, build_services, service_images
+from tests.containers.kube import statefulset_pods
 from tests.integration.harness import wait_until
 from tests.ports import worker_port, worker_port_pair
 
@@ -77,48 +66,6 @@ NETWORK = "fw-kube"
 STORE = "mean-temperature"
 READINGS, SENSORS = 2000, 16
 HOST_NAME = "host.containers.internal"  # the host, in a pod's /etc/hosts (the network's gateway)
-_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-def kube_pods(manifest: list[dict[str, Any]], config_map: dict[str, Any], image: str,
-              bootstrap: str) -> list[dict[str, Any]]:
-    """What ``podman kube play`` 4.3.1 runs of ``manifest`` (a Service, a StatefulSet and a
-    PodDisruptionBudget): the ConfigMap, and per member its claim and its Pod (module docstring)."""
-    stateful = next(d for d in manifest if d["kind"] == "StatefulSet")
-    config = copy.deepcopy(config_map)
-    config["data"]["FW_BOOTSTRAP_SERVERS"] = bootstrap
-    out = [config]
-    for n in range(stateful["spec"]["replicas"]):
-        pod = f"{stateful['metadata']['name']}-{n}"
-        template = copy.deepcopy(stateful["spec"]["template"])
-        spec = template["spec"]
-        spec["volumes"] = []
-        for claim in stateful["spec"]["volumeClaimTemplates"]:
-            name = f"{claim['metadata']['name']}-{pod}"  # the StatefulSet's claim name
-            out.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
-                        "spec": claim["spec"]})
-            spec["volumes"].append({"name": claim["metadata"]["name"], "persistentVolumeClaim": {"claimName": name}})
-        for container in spec["containers"]:
-            container["image"] = image
-            container.pop("ports", None)
-            env: dict[str, str] = {"POD_NAME": pod}
-            for var in container["env"]:
-                if var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
-                    del var["valueFrom"]
-                    var["value"] = "default"
-                if var["name"] == "FW_OBSERVE__ADVERTISED_HOST":
-                    var["value"] = "$(POD_NAME)"
-                if "value" in var:
-                    var["value"] = env[var["name"]] = expand(var["value"], env)
-            container["command"] = [expand(arg, env) for arg in container["command"]]
-        out.append({"apiVersion": "v1", "kind": "Pod", "metadata": {**template["metadata"], "name": pod},
-                    "spec": spec})
-    return out
-
-
-def expand(text: str, env: dict[str, str]) -> str:
-    """``$(VAR)`` replaced with the value of a variable defined before it, as the kubelet does."""
-    return _REFERENCE.sub(lambda m: env.get(m.group(1), m.group(0)), text)
 
 
 @pytest.fixture
@@ -134,30 +81,35 @@ def pods(tmp_path: Path) -> Iterator[tuple[dict[str, str], str, float]]:
         manifest = list(yaml.safe_load_all(MANIFEST.read_text()))
         names = [f"{SERVICE}-{n}" for n in range(2)]
         _remove(names)  # what a killed earlier run left behind
-        podman("network", "create", NETWORK)
-        gateway = json.loads(podman("network", "inspect", NETWORK).stdout)[0]["subnets"][0]["gateway"]
-        listener = ExtraListener(gateway, worker_port(), HOST_NAME)
-        broker = LocalBroker(tmp_path / "broker", worker_port_pair(), extra_listener=listener)
         played = tmp_path / "pods.yaml"
-        played.write_text(yaml.safe_dump_all(
-            kube_pods(manifest, yaml.safe_load(CONFIG_MAP.read_text()), service_images(STACK_PROJECT)[SERVICE],
-                      f"{HOST_NAME}:{listener.port}"), sort_keys=False))
+        broker: LocalBroker | None = None
         try:
+            podman("network", "create", NETWORK)
+            gateway = json.loads(podman("network", "inspect", NETWORK).stdout)[0]["subnets"][0]["gateway"]
+            listener = ExtraListener(gateway, worker_port(), HOST_NAME)
+            config_map = yaml.safe_load(CONFIG_MAP.read_text())
+            config_map["data"]["FW_BOOTSTRAP_SERVERS"] = f"{HOST_NAME}:{listener.port}"
+            played.write_text(yaml.safe_dump_all(statefulset_pods(
+                manifest, config_map, service_images(STACK_PROJECT)[SERVICE],
+                {"FW_OBSERVE__ADVERTISED_HOST": "$(POD_NAME)"}), sort_keys=False))
             started = time.monotonic()
             # The pods first: their bridge, and so the gateway the broker listens on, exists
             # once a container runs on the network. The members wait for the broker meanwhile
             # (kafka.connect_timeout_ms, 60 s).
             podman("kube", "play", "--network", NETWORK, str(played))
             print(f"[kube] play returned after {time.monotonic() - started:.1f}s")
+            broker = LocalBroker(tmp_path / "broker", worker_port_pair(), extra_listener=listener)
             broker.start()
             print(f"[kube] broker answers {time.monotonic() - started:.1f}s after play")
             yield {name: address(name) for name in names}, broker.bootstrap, started
         finally:
             for name in names:
-                print(logs(name, 15))
-            podman("kube", "down", str(played), check=False)
+                print(logs(name))
+            if played.exists():
+                podman("kube", "down", str(played), check=False)
             _remove(names)
-            broker.wipe()
+            if broker is not None:
+                broker.wipe()
 
 
 def _remove(pods: list[str]) -> None:

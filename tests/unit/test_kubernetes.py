@@ -27,6 +27,7 @@ from framework.runtime.service import _SETTLE_AT_STOP_S
 from framework.scaffold import kubernetes, new_project, new_service
 from framework.scaffold.names import service_names
 from framework.scaffold.render import render_tree
+from tests.containers.kube import expand
 
 ROOT = Path(__file__).resolve().parents[2]
 DIRECTORY = Path(kubernetes.DIRECTORY)
@@ -99,11 +100,6 @@ def _container(root: Path, service: str) -> tuple[dict[str, Any], dict[str, Any]
     return statefulset, container
 
 
-def _expand(value: str, env: dict[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion in a container's command and env values."""
-    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), value)
-
-
 def _environment(root: Path, container: dict[str, Any], pod: str, namespace: str) -> dict[str, str]:
     """The container's environment as the kubelet makes it: the ConfigMap's data, then each
     `env` entry in order, field references filled from the pod."""
@@ -116,7 +112,7 @@ def _environment(root: Path, container: dict[str, Any], pod: str, namespace: str
         if "valueFrom" in entry:
             env[entry["name"]] = fields[entry["valueFrom"]["fieldRef"]["fieldPath"]]
         else:
-            env[entry["name"]] = _expand(entry["value"], env)
+            env[entry["name"]] = expand(entry["value"], env)
     return env
 
 
@@ -126,7 +122,7 @@ def test_each_pod_runs_the_service_with_its_name_as_the_static_instance_id(shop:
     statefulset, container = _container(root, service)
     names = service_names(service)
     env = _environment(root, container, f"{service}-1", "prod")
-    command = [_expand(arg, env) for arg in container["command"]]
+    command = [expand(arg, env) for arg in container["command"]]
     assert command == ["fw", "run", names.target, "--instance-id", f"{service}-1"]
     assert (root / Path(*names.target.partition(":")[0].split("."))).with_suffix(".py").is_file()
     assert any("--instance-id" in p.opts for p in run_command.params)
