@@ -17,6 +17,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from framework.cli.replay import replay as replay_command
 from framework.cli.run import run as run_command
@@ -127,6 +128,16 @@ def test_each_pod_runs_the_service_with_its_name_as_the_static_instance_id(shop:
     assert (root / Path(*names.target.partition(":")[0].split("."))).with_suffix(".py").is_file()
     assert any("--instance-id" in p.opts for p in run_command.params)
     assert statefulset["metadata"]["name"] == service and len(service) <= kubernetes.MAX_NAME
+
+
+def test_a_pod_name_reference_left_unexpanded_is_refused() -> None:
+    """podman kube play passes `$(POD_NAME)` on as written (tests/integration/test_kube_play.py):
+    members sharing that id would fence each other's transactions without end."""
+    said = CliRunner().invoke(run_command, ["services.sensors.pipeline:pipeline", "--instance-id", "$(POD_NAME)"])
+    assert said.exit_code == 2
+    assert "'$(POD_NAME)' holds a $(VAR) reference nobody expanded" in said.output
+    with pytest.raises(ConfigError, match=r"observe.advertised_host=.* holds a \$\(VAR\) reference"):
+        Config.load(observe={"advertised_host": "$(POD_NAME).sensors.$(POD_NAMESPACE).svc"})
 
 
 @pytest.mark.parametrize("at", [0, 1, 2])
