@@ -189,6 +189,7 @@ def test_the_sensors_manifest_runs_in_podman_and_members_forward_live_queries(
     # the name it advertises), which read them from its store (`member` is the reader's id).
     for pod, url in urls.items():
         got = answers(url, list(expected))
+        assert all(code == 200 and holds(body, *expected[s]) for s, (code, body) in got.items()), got
         readers = {body["member"] for _, body in got.values()}
         assert readers == set(urls), f"{pod}'s answers were read by {readers}: {got}"
         assert all(body["entries"][0]["source"] == "active" for _, body in got.values())
