@@ -238,6 +238,11 @@ class Config:
         port = self.observe.port
         if port is not None and not 0 <= port <= 65535:
             raise ConfigError(f"observe.port={port} is not a TCP port; use 1-65535, or 0 for any free port")
+        if "$(" in self.observe.advertised_host:
+            raise ConfigError(
+                f"observe.advertised_host={self.observe.advertised_host!r} holds a $(VAR) reference nobody expanded "
+                "(Kubernetes expands them in env values, podman kube play does not): no other member could reach "
+                "this one there. Fix: set FW_OBSERVE__ADVERTISED_HOST to a name the other members resolve")
 
     def max_poll_interval_ms(self) -> int:
         """The consumer's ``max.poll.interval.ms``: ``kafka.consumer``'s if set, else 300000 or

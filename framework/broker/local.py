@@ -85,10 +85,10 @@ transaction.max.timeout.ms=900000
 """
 
 _PLAINTEXT_PROPERTIES = """\
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}{extra}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}{extra_advertised}
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{extra_protocol}
 """
 
 SECURITY_MODES = ("plaintext", "sasl_plaintext", "sasl_ssl")
@@ -162,11 +162,23 @@ class BrokerStatus:
         return line
 
 
+@dataclass(frozen=True)
+class ExtraListener:
+    """A second plaintext client listener: bound to ``host:port``, advertised as
+    ``advertised_host:port``; for clients that cannot reach the host's loopback, containers on a
+    bridge network (``tests/integration/test_kube_play.py``)."""
+
+    host: str
+    port: int
+    advertised_host: str
+
+
 class LocalBroker:
     """Start, inspect and stop the local broker of one instance directory."""
 
     def __init__(self, instance_dir: Path | None = None, port: int | None = None,
-                 security: str | None = None, role: NodeRole | None = None) -> None:
+                 security: str | None = None, role: NodeRole | None = None,
+                 extra_listener: ExtraListener | None = None) -> None:
         self.instance_dir = Path(instance_dir or broker_dir())
         self.role = role  # a node of a local cluster (``framework.broker.cluster``), else a single broker
         self.port = int(port or local_broker_address(directory=self.instance_dir).port)
@@ -181,6 +193,9 @@ class LocalBroker:
         self._launched_at = 0  # where the log lines of the latest start begin
         self._proc: subprocess.Popen[bytes] | None = None
         self._explicit = instance_dir is not None
+        if extra_listener is not None and self.security != "plaintext":
+            raise BrokerError("an extra listener is for a plaintext broker only")
+        self.extra_listener = extra_listener
 
     def _external(self) -> str | None:
         """FW_BOOTSTRAP_SERVERS, unless this broker's directory was named in code: then it
@@ -314,7 +329,11 @@ class LocalBroker:
         text = _SERVER_PROPERTIES.format(**fmt, node_id=role.node_id, voters=role.voters, rf=role.replication,
                                          min_isr=role.min_insync)
         if mode == "plaintext":
-            text += _PLAINTEXT_PROPERTIES.format(**fmt)
+            x = self.extra_listener
+            text += _PLAINTEXT_PROPERTIES.format(
+                **fmt, extra=f",EXTRA://{x.host}:{x.port}" if x else "",
+                extra_advertised=f",EXTRA://{x.advertised_host}:{x.port}" if x else "",
+                extra_protocol=",EXTRA:PLAINTEXT" if x else "")
         else:
             name = mode.upper()
             text += _SECURED_PROPERTIES.format(

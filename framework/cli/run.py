@@ -10,10 +10,22 @@ from framework.logs import configure_logging
 from framework.pipeline.loading import load_pipeline
 
 
+def _instance_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Refuse an id with a ``$(VAR)`` reference in it: a runtime that does not expand it (podman
+    kube play, unlike the kubelet) gives every member the same id, and members of one id fence
+    each other's transactions in turn, each taking all the partitions back, without end."""
+    if value is not None and "$(" in value:
+        raise click.BadParameter(
+            f"{value!r} holds a $(VAR) reference nobody expanded (Kubernetes expands them in a container's "
+            "command, podman kube play does not): every member would run with this one id and fence the others. "
+            "Fix: give each member its own id, e.g. its pod's name", param_hint="--instance-id")
+    return value
+
+
 @click.command()
 @click.argument("target")
 @click.option("--processes", "-p", default=1, show_default=True, help="Group members to run (one per core).")
-@click.option("--instance-id", default=None,
+@click.option("--instance-id", default=None, callback=_instance_id,
               help="This member's stable id: names its transactional.id and makes it a static group member "
                    "(group.instance.id), which takes its partitions back without a rebalance when restarted "
                    "within the session timeout. With --processes N, child i is ID-i.")

@@ -34,14 +34,18 @@ Without systemd podman has no timers for healthchecks: a container's healthcheck
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from framework.home import fw_home
+from tests.integration.harness import wait_until
 
-__all__ = ["REQUIRED_TOOLS", "engine_dir", "engine_env", "missing_tools", "podman"]
+__all__ = ["REQUIRED_TOOLS", "engine_dir", "engine_env", "machine_lock", "missing_tools", "podman"]
 
 # The commands the container tests need, and the Debian package of each (scripts/test installs
 # the missing ones with apt-get).
@@ -110,6 +114,24 @@ def podman(*args: str, input: bytes | None = None, check: bool = True,
         raise RuntimeError(f"podman {' '.join(args[:3])} ... failed ({proc.returncode}):\n"
                            f"{proc.stderr.decode(errors='replace')[-3000:]}")
     return proc
+
+
+@contextmanager
+def machine_lock(name: str, timeout_s: float = 900) -> Iterator[None]:
+    """One holder of ``name`` per machine (``$FW_HOME/containers/<name>.lock``): what a test
+    runs in the engine under fixed names and ports (a compose stack, pods named after their
+    service), so a second test run on the same machine (a developer's beside another) waits
+    here for the first to take its containers down, instead of taking them down under it."""
+    engine_dir().mkdir(parents=True, exist_ok=True)
+    with open(engine_dir() / f"{name}.lock", "w") as lock:
+        def acquired() -> bool:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                return False
+        wait_until(acquired, timeout_s, f"another test run's containers to end ({name}.lock)")
+        yield
 
 
 def _write_if_changed(path: Path, text: str) -> None:

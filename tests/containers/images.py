@@ -53,9 +53,10 @@ from pathlib import Path
 import yaml
 
 from framework.broker.local import KAFKA_VERSION, LocalBroker
-from tests.containers.engine import engine_dir, engine_env, podman
+from tests.containers.engine import engine_dir, engine_env, machine_lock, podman
 
-__all__ = ["BASE_TAG", "STACK_PROJECT", "Built", "build_all", "compose_images", "ensure_base", "service_images"]
+__all__ = ["BASE_TAG", "STACK_PROJECT", "Built", "build_all", "build_services", "compose_images", "ensure_base",
+           "service_images"]
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -65,6 +66,11 @@ BASE_TAG = "localhost/fw-debian:bookworm"
 PYTHON_TAG = "localhost/python:3.11-slim"  # the Dockerfile's FROM, as the tests' podman finds it (engine.py)
 # The compose project the tests run (podman-compose -p): the services' images are named after it.
 STACK_PROJECT = "fwstack"
+# One build at a time on a machine: two container tests (on two pytest-xdist workers) would
+# otherwise both find an image out of date and build the same tags at once. A cold build of
+# every image takes minutes.
+BUILD_LOCK = "images"
+BUILD_WAIT_S = 1800.0
 
 _DEBOOTSTRAP = ["debootstrap", "--variant=minbase", "bookworm"]
 # What Debian's slim images leave out, for the packages installed later too.
@@ -140,16 +146,31 @@ def service_images(project: str) -> dict[str, str]:
 def build_all(project: str, log: Callable[[str], None] = print) -> list[Built]:
     """Every image the compose stack needs, each built only when its inputs changed."""
     images = compose_images()
-    built = [ensure_base(), _ensure(PYTHON_TAG, PYTHON_RECIPE, {})]
     kafka = images["kafka"]
     if not kafka.startswith("localhost/apache/kafka:"):
         raise RuntimeError(f"docker-compose.yml's kafka image is {kafka}; the stand-in imitates apache/kafka")
-    built.append(_ensure(kafka, (KAFKA_CONTEXT / "Containerfile").read_text(), _kafka_context()))
-    built.append(_ensure(images["prometheus"], PROMETHEUS_RECIPE, {}))
-    built.append(_ensure_services(project))
+    with machine_lock(BUILD_LOCK, BUILD_WAIT_S):
+        built = [ensure_base(), _ensure(PYTHON_TAG, PYTHON_RECIPE, {})]
+        built.append(_ensure(kafka, (KAFKA_CONTEXT / "Containerfile").read_text(), _kafka_context()))
+        built.append(_ensure(images["prometheus"], PROMETHEUS_RECIPE, {}))
+        built.append(_ensure_services(project))
+    _log(built, log)
+    return built
+
+
+def build_services(project: str, log: Callable[[str], None] = print) -> list[Built]:
+    """Only the services' images (and the base and Python images they are built on): what a
+    test that runs services without the compose file's broker and Prometheus needs. The same
+    images, tags and labels as ``build_all``'s, so neither builds what the other built."""
+    with machine_lock(BUILD_LOCK, BUILD_WAIT_S):
+        built = [ensure_base(), _ensure(PYTHON_TAG, PYTHON_RECIPE, {}), _ensure_services(project)]
+    _log(built, log)
+    return built
+
+
+def _log(built: list[Built], log: Callable[[str], None]) -> None:
     for b in built:
         log(f"{b.tag}: {b.size / 1e6:.0f} MB, {'built' if b.rebuilt else 'cached'} in {b.seconds:.1f}s")
-    return built
 
 
 def ensure_base() -> Built:

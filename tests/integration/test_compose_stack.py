@@ -28,7 +28,6 @@ themselves (``kafka.connect_timeout_ms``).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -39,7 +38,6 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +50,7 @@ from framework.kafka.io import read_committed
 from framework.pipeline import Topic
 from framework.produce import produce
 from services.sensors import pipeline as sensors
-from tests.containers.engine import engine_dir, engine_env, missing_tools, podman
+from tests.containers.engine import engine_env, machine_lock, missing_tools, podman
 from tests.containers.images import COMPOSE_FILE, STACK_PROJECT, build_all
 from tests.integration.harness import wait_until
 
@@ -111,23 +109,6 @@ def port_taken(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-@contextmanager
-def machine_lock(timeout_s: float = 900) -> Iterator[None]:
-    """One compose stack per machine: its ports and names are fixed, so a second test run on the
-    same machine (a developer's beside another) waits here for the first to take its stack down,
-    instead of taking it down under the first."""
-    engine_dir().mkdir(parents=True, exist_ok=True)
-    with open(engine_dir() / "stack.lock", "w") as lock:
-        def acquired() -> bool:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                return False
-        wait_until(acquired, timeout_s, "another test run's compose stack to end (stack.lock)")
-        yield
-
-
 @pytest.fixture(scope="module")
 def stack() -> Iterator[float]:
     """The compose stack, up; yields the moment ``up`` started (``time.monotonic``). Taken down
@@ -135,7 +116,7 @@ def stack() -> Iterator[float]:
     missing = missing_tools()
     assert not missing, (f"the container tests need Debian's {', '.join(missing)}: scripts/test installs "
                          f"them (apt-get install {' '.join(missing)})")
-    with machine_lock():
+    with machine_lock("stack"):
         yield from _stack()
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from framework.cli.replay import replay as replay_command
 from framework.cli.run import run as run_command
@@ -27,6 +28,7 @@ from framework.runtime.service import _SETTLE_AT_STOP_S
 from framework.scaffold import kubernetes, new_project, new_service
 from framework.scaffold.names import service_names
 from framework.scaffold.render import render_tree
+from tests.containers.kube import expand
 
 ROOT = Path(__file__).resolve().parents[2]
 DIRECTORY = Path(kubernetes.DIRECTORY)
@@ -99,11 +101,6 @@ def _container(root: Path, service: str) -> tuple[dict[str, Any], dict[str, Any]
     return statefulset, container
 
 
-def _expand(value: str, env: dict[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion in a container's command and env values."""
-    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), value)
-
-
 def _environment(root: Path, container: dict[str, Any], pod: str, namespace: str) -> dict[str, str]:
     """The container's environment as the kubelet makes it: the ConfigMap's data, then each
     `env` entry in order, field references filled from the pod."""
@@ -116,7 +113,7 @@ def _environment(root: Path, container: dict[str, Any], pod: str, namespace: str
         if "valueFrom" in entry:
             env[entry["name"]] = fields[entry["valueFrom"]["fieldRef"]["fieldPath"]]
         else:
-            env[entry["name"]] = _expand(entry["value"], env)
+            env[entry["name"]] = expand(entry["value"], env)
     return env
 
 
@@ -126,11 +123,21 @@ def test_each_pod_runs_the_service_with_its_name_as_the_static_instance_id(shop:
     statefulset, container = _container(root, service)
     names = service_names(service)
     env = _environment(root, container, f"{service}-1", "prod")
-    command = [_expand(arg, env) for arg in container["command"]]
+    command = [expand(arg, env) for arg in container["command"]]
     assert command == ["fw", "run", names.target, "--instance-id", f"{service}-1"]
     assert (root / Path(*names.target.partition(":")[0].split("."))).with_suffix(".py").is_file()
     assert any("--instance-id" in p.opts for p in run_command.params)
     assert statefulset["metadata"]["name"] == service and len(service) <= kubernetes.MAX_NAME
+
+
+def test_a_pod_name_reference_left_unexpanded_is_refused() -> None:
+    """podman kube play passes `$(POD_NAME)` on as written (tests/integration/test_kube_play.py):
+    members sharing that id would fence each other's transactions without end."""
+    said = CliRunner().invoke(run_command, ["services.sensors.pipeline:pipeline", "--instance-id", "$(POD_NAME)"])
+    assert said.exit_code == 2
+    assert "'$(POD_NAME)' holds a $(VAR) reference nobody expanded" in said.output
+    with pytest.raises(ConfigError, match=r"observe.advertised_host=.* holds a \$\(VAR\) reference"):
+        Config.load(observe={"advertised_host": "$(POD_NAME).sensors.$(POD_NAMESPACE).svc"})
 
 
 @pytest.mark.parametrize("at", [0, 1, 2])
