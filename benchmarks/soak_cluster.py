@@ -7,14 +7,16 @@ even/odd test service (the default 45 s session, 200 ms checkpoints) and a produ
 keeps writing numbers at ``--rate`` records/s. Every ``--every`` seconds it SIGKILLs a node
 (in turn: the one leading the input's partition 0, the one coordinating member 0's
 transactions, the group's coordinator, then round again; the first of those that is not the
-node killed last) and starts it again 5-20 s later (random, ``--seed``). Per fault it prints
-the node and what it led, how long it was down, the longest pause in the outputs (read
-committed) from the kill to the next fault, and the /health and /ready answers meanwhile. At
-the end: every output awaited, both members stopped, the exactly-once audit
-(``even_odd_anomalies``) and whether either member exited or restarted.
+node killed last; ``--only`` one of them) and starts it again 5-20 s later (random,
+``--seed``). Per fault it prints the node and what it led, how long it was down, the longest
+pause in the outputs from the kill to the next fault (the longest time between two
+checkpoints a member committed: its outputs become visible when one commits) and the /health
+and /ready answers meanwhile. At the end: every output awaited, both members stopped, the
+exactly-once audit (``even_odd_anomalies``) and whether either member exited or restarted.
 
     .venv/bin/python benchmarks/soak_cluster.py                      # 10 minutes, a SIGKILL a minute
     .venv/bin/python benchmarks/soak_cluster.py --minutes 3 --every 45
+    .venv/bin/python benchmarks/soak_cluster.py --only "group coordinator" --minutes 4 --every 40
 
 Outside the test suite; its figures are in docs/operations.md ("A service while nodes fail
 and restart").
