@@ -200,6 +200,11 @@ def no_such_topics(topics: list[str], where: str) -> RuntimeProblem:
                           f"({commands})")
 
 
+class ProducerFailed(KafkaException):
+    """A record the producer refused because it failed fatally (a fence, mostly), with the
+    producer's own error: the checkpointer takes it as it takes a checkpoint call failing so."""
+
+
 class Connectivity:
     """What a client's error events say of the cluster: ``down_since`` (monotonic seconds) is
     set when librdkafka reports every broker connection down, and cleared by whoever has seen
@@ -288,6 +293,8 @@ class KafkaOutput:
                                   "timestamp": timestamp or 0, "headers": hdrs,
                                   "on_delivery": self._output_report})
         except KafkaException as exc:  # librdkafka checks the size before queueing the record
+            if exc.args[0].code() == KafkaError._FATAL:
+                raise self._failed(exc) from None
             if exc.args[0].code() == KafkaError._STATE:
                 self._refuse_gone()  # the transaction failed already: because a topic written to is gone?
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
@@ -326,12 +333,24 @@ class KafkaOutput:
                 self._produce(topic, {"key": key, "value": value, "partition": partition, "headers": hdrs,
                                       "on_delivery": on_delivery})
             except KafkaException as exc:
+                if exc.args[0].code() == KafkaError._FATAL:
+                    raise self._failed(exc) from None
                 if exc.args[0].code() == KafkaError._STATE:
                     self._refuse_gone()  # as in ``produce``
                 raise
         produced = self.produced
         produced[topic] = produced.get(topic, 0) + n
         return n
+
+    def _failed(self, exc: KafkaException) -> ProducerFailed:
+        """A produce refused because the producer failed fatally: librdkafka says only
+        ``_FATAL`` there; its error event says why (fenced, mostly), served by a poll, which
+        raises it (confluent-kafka raises a fatal error from ``poll``)."""
+        try:
+            self._p.poll(0)
+        except KafkaException as fatal:
+            return ProducerFailed(fatal.args[0])
+        return ProducerFailed(self.connectivity.fatal or exc.args[0])
 
     def _produce(self, topic: str, kwargs: dict[str, Any]) -> None:
         while True:
@@ -364,7 +383,10 @@ class KafkaOutput:
     # -- checkpoint support --------------------------------------------------------------
 
     def poll(self) -> None:
-        self._p.poll(0)
+        try:
+            self._p.poll(0)
+        except KafkaException as exc:  # a fatal error (confluent-kafka raises it from poll)
+            raise ProducerFailed(exc.args[0]) from None
         if self._time_limits:
             self._refresh_time()
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from framework.engine.runner import TaskRunner
 from framework.errors import FatalKafkaError, FencedError, RuntimeProblem
-from framework.kafka.clients import TP, classify, epoch_fenced
+from framework.kafka.clients import TP, ProducerFailed, classify, epoch_fenced
 from framework.runtime.faults import crash_point
 
 log = logging.getLogger("framework.checkpoint")
@@ -117,6 +117,9 @@ class Checkpointer:
         positions = self.consumer.positions()
         try:
             changelog_records = self.runner.checkpoint(positions, self)        # 1-5
+        except ProducerFailed as exc:
+            self.producer_failed(exc)
+            return
         except _Abort as abort:
             self.abort(str(abort))
             return
@@ -172,16 +175,27 @@ class Checkpointer:
             except Exception as exc:  # classified right here
                 verdict = classify(exc)
                 if verdict == "fatal":
-                    if self._fence(exc):
-                        raise _Broken(f"the producer was fenced ({exc}), as a transaction coordinator that "
-                                      "moved (a broker restarting) does") from exc
-                    raise self._fatal(exc) from exc
+                    raise _Broken(self._fenced_why(exc)) from exc
                 if verdict == "reset" or (verdict == "retry" and attempt == _RETRIES - 1):
                     raise _Broken(f"{exc}") from exc  # its outcome unknown: a new producer settles it
                 if verdict == "abort":
                     raise _Abort(f"{exc}") from exc
                 log.debug("checkpoint call failed (retriable, attempt %d): %s", attempt + 1, exc)
                 time.sleep(0.1 * (attempt + 1))
+
+    def producer_failed(self, exc: ProducerFailed) -> None:
+        """A record the producer refused while the interval was processed or written, because
+        the producer failed fatally: as a checkpoint call that failed so (``_call``), a fence is
+        a broken interval unless it is the third within ``_FENCE_WINDOW_S``; another fatal error
+        a new producer can settle breaks it too; what none can is raised."""
+        self.break_interval(self._fenced_why(exc) if classify(exc) == "fatal" else f"the producer failed: {exc}")
+
+    def _fenced_why(self, exc: Exception) -> str:
+        """Why the interval breaks for the fatal ``exc``, a fence a new producer settles; raises
+        the one line when no new producer can (``_fatal``)."""
+        if not self._fence(exc):
+            raise self._fatal(exc) from exc
+        return f"the producer was fenced ({exc}), as a transaction coordinator that moved (a broker restarting) does"
 
     def _fence(self, exc: Exception) -> bool:
         """Whether a fence ``exc`` is taken as a broken interval (a new producer goes on from

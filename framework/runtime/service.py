@@ -30,7 +30,7 @@ from framework.errors import (
 )
 from framework.kafka.acl import denied, missing_grants
 from framework.kafka.admin import admin_client, topic_ids, topic_partitions
-from framework.kafka.clients import TP, ChangelogReader, GlobalReader
+from framework.kafka.clients import TP, ChangelogReader, GlobalReader, ProducerFailed
 from framework.kafka.connect import ClusterProbe, wait_for_cluster
 from framework.kafka.groups import stable_assignment
 from framework.observe.observer import Observer
@@ -268,12 +268,15 @@ class Service:
             msgs = consume(max(batch - held, 1), 0.0 if held else rnd.wait_s(now, timeout))
             now = time.monotonic()
             self._heartbeat(now)
-            if msgs or held:
-                runner.process(cast(Sequence[InputRecord], msgs), unrouted, failed, until=ckpt.next_due)
-                runner.end_batch()  # watermarks leave at the end of each batch, in its transaction
-                ckpt.dirty = True
-                poll()
-            rnd.run(now, idle=not (msgs or held))
+            try:
+                if msgs or held:
+                    runner.process(cast(Sequence[InputRecord], msgs), unrouted, failed, until=ckpt.next_due)
+                    runner.end_batch()  # watermarks leave at the end of each batch, in its transaction
+                    ckpt.dirty = True
+                    poll()
+                rnd.run(now, idle=not (msgs or held))
+            except ProducerFailed as exc:  # a record refused by a fenced producer: as a fenced checkpoint
+                ckpt.producer_failed(exc)
 
     def _round(self, cfg: Config, settings: dict[str, str]) -> Round:
         """The member's round: its takeovers and participants, in order."""

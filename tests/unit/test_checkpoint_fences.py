@@ -73,3 +73,25 @@ def test_what_no_new_producer_heals_still_ends_the_member_at_once() -> None:
     cp = _checkpointer(FencedOutput(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "denied"))
     with pytest.raises(C.FatalKafkaError, match="the cluster refused the checkpoint: denied"):
         cp.commit({("in", 0): 5})
+
+
+def test_a_record_refused_by_a_fenced_producer_is_counted_as_a_fence_of_the_checkpoint() -> None:
+    """librdkafka refuses a produce with only ``_FATAL`` once another producer with the
+    transactional id fenced this one (two processes started at once with one --instance-id);
+    the output raises ``ProducerFailed`` with the producer's own error, and the checkpointer
+    takes it as a fenced checkpoint call: a broken interval twice, the one line the third time."""
+    cp = _checkpointer(FencedOutput())
+    broken: list[str] = []
+    cp.on_broken = lambda why, said=False: broken.append(why)
+    fence = C.ProducerFailed(KafkaError(KafkaError._FENCED, "Producer fenced by newer instance", fatal=True))
+    for _ in range(2):
+        cp.producer_failed(fence)
+        cp.broken = None  # the recovery ran
+    assert len(broken) == 2 and all("fenced" in why and "newer instance" in why for why in broken), broken
+    with pytest.raises(FencedError, match="3 times within 300 s"):
+        cp.producer_failed(fence)
+    other = C.ProducerFailed(KafkaError(KafkaError._INCONSISTENT, "idempotence broken", fatal=True))
+    cp = _checkpointer(FencedOutput())
+    cp.on_broken = lambda why, said=False: broken.append(why)
+    cp.producer_failed(other)  # a new producer settles what is not a fence
+    assert broken[-1].startswith("the producer failed: ") and "idempotence broken" in broken[-1], broken
