@@ -9,7 +9,7 @@ its ranges and the task reads them itself; each stage runs its tasks with ``mapI
 runs them over plain RDDs instead, without Spark SQL: ``_plain_rdd``); its ``next`` rows are
 shuffled by the framework's partitioner and sorted on their merge key for the next stage.
 Nothing is collected to the driver but each task's counters (and the few keys an order check
-refuses: ``check_order``). A Kafka backfill and a bootstrap write from the tasks themselves,
+refuses: ``check_order``; the order check of a small range reads and runs it in the driver). A Kafka backfill and a bootstrap write from the tasks themselves,
 through ``ResumableWriter``: a retried or recomputed Spark task writes nothing twice.
 
 This is the only module (with the rest of ``framework/replay`` it is shipped with) that
