@@ -15,6 +15,15 @@ ports (and stops it). The cases (``--cases``, comma-separated):
 - ``repartition-topic``: even/odd sums through a repartition topic (two stages) and the count,
   ``--output topic --output-suffix -x<run>``.
 
+Those run with ``--allow-nondeterministic``: no order check. Two more cases run it (a count
+per key after a ``key_by`` on the source's own key: a rolling aggregate after a repartition,
+each key from one upstream partition, so the check passes), and their lines give the check's
+own seconds too (its ``[replay] checked the order ...`` line):
+
+- ``checked-none``: ``--output none`` (plain RDD jobs, no Spark SQL);
+- ``checked-parquet``: ``--output parquet:<new path>`` (Spark SQL, as the README's replay of the
+  sensors service).
+
 This module is also the pipelines' module (``benchmarks.replay_start:keyed``): importing it
 does nothing else. Prints one line per run and a table of the medians (also as JSON with
 ``--json``). Nothing here is asserted anywhere: the figures go to docs/replay.md by hand.
@@ -40,10 +49,13 @@ from framework.serde import JsonSerde, StringSerde
 
 ROOT = Path(__file__).resolve().parents[1]
 _TOPIC = "BENCH_REPLAY_TOPIC"
-CASES = {
-    "keyed-none": ("keyed", ["--output", "none"]),
-    "keyed-topic": ("keyed", ["--output", "topic", "--output-suffix", "-x"]),
-    "repartition-topic": ("repartitioned", ["--output", "topic", "--output-suffix", "-x"]),
+_PARQUET = "parquet:"  # a new path under the benchmark's own directory each run
+CASES = {  # target, arguments, whether the order check runs
+    "keyed-none": ("keyed", ["--output", "none"], False),
+    "keyed-topic": ("keyed", ["--output", "topic", "--output-suffix", "-x"], False),
+    "repartition-topic": ("repartitioned", ["--output", "topic", "--output-suffix", "-x"], False),
+    "checked-none": ("rekeyed", ["--output", "none"], True),
+    "checked-parquet": ("rekeyed", ["--output", _PARQUET], True),
 }
 
 
@@ -70,6 +82,19 @@ def repartitioned() -> Pipeline:
     numbers.key_by(_parity, name="parity").sum(lambda r: r["n"], name="sums").to(
         Topic(f"{os.environ[_TOPIC]}-sums"), name="to-sums")
     numbers.count(name="counts").to(Topic(f"{os.environ[_TOPIC]}-counts"), name="to-counts")
+    return p
+
+
+def _same_key(r: dict[str, int]) -> str:
+    return f"k{r['n'] % 100}"  # the key _produce gives the record: each key from one partition
+
+
+def rekeyed() -> Pipeline:
+    """A count per key after a key_by on the source's own key: two stages, and an order-sensitive
+    step after a repartition, which the order check looks at (and passes)."""
+    p = Pipeline(f"rs-rekeyed-{os.environ[_TOPIC]}")
+    _source(p).key_by(_same_key, name="same").count(name="counts").to(
+        Topic(f"{os.environ[_TOPIC]}-recounts"), name="to-counts")
     return p
 
 
@@ -106,18 +131,24 @@ def _produce(bootstrap: str, topic: str, records: int) -> None:
         raise SystemExit(f"could not produce {records} records to {topic}")
 
 
-def _replay(case: str, env: dict[str, str]) -> tuple[float, float | None]:
-    """Seconds from the command to its end, and the job's own seconds (its ``done`` line)."""
-    target, args = CASES[case]
+def _replay(case: str, env: dict[str, str]) -> tuple[float, float | None, float | None]:
+    """Seconds from the command to its end, the job's own seconds (its ``done`` line) and the
+    order check's (its ``checked the order`` line; None without one)."""
+    target, args, checked = CASES[case]
     # a backfill into topics of its own each time: the same one again would write nothing
-    args = [f"-x{uuid.uuid4().hex[:8]}" if a == "-x" else a for a in args]
+    run = uuid.uuid4().hex[:8]
+    out = Path(env["FW_HOME"]) / "bench-parquet" / run
+    args = [f"-x{run}" if a == "-x" else f"{_PARQUET}{out}" if a == _PARQUET else a for a in args]
     started = time.monotonic()
-    done = _fw("replay", f"benchmarks.replay_start:{target}", "--allow-nondeterministic", *args, env=env)
+    done = _fw("replay", f"benchmarks.replay_start:{target}", *([] if checked else ["--allow-nondeterministic"]),
+               *args, env=env)
     wall = time.monotonic() - started
+    shutil.rmtree(out.parent, ignore_errors=True)
     if done.returncode != 0:
         raise SystemExit(f"{case}: fw replay failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     job = re.search(r"\[replay\] done: .*?, seconds ([\d.]+)", done.stdout)  # not "processing seconds"
-    return wall, float(job.group(1)) if job else None
+    check = re.search(r"\[replay\] checked the order of .*?([\d.]+) s\)$", done.stdout, re.MULTILINE)
+    return wall, float(job.group(1)) if job else None, float(check.group(1)) if check else None
 
 
 def main() -> None:
@@ -143,7 +174,7 @@ def main() -> None:
 
 
 def _measure(opts: argparse.Namespace, env: dict[str, str]) -> dict[str, dict[str, list[list[float | None]]]]:
-    """Each case's runs: ``[wall s, job s]``. First runs each get a fresh ``FW_HOME``; warm runs
+    """Each case's runs: ``[wall s, job s, check s]``. First runs each get a fresh ``FW_HOME``; warm runs
     share one of the benchmark's own (not the user's cache, which other checkouts' runs change),
     primed by an uncounted run of each case."""
     from framework.replay.launch import wait_for_archives  # here: the executors import this module
@@ -160,16 +191,17 @@ def _measure(opts: argparse.Namespace, env: dict[str, str]) -> dict[str, dict[st
                 for i in range(opts.repeat):
                     if kind == "first":  # a machine's first replay: nothing cached by fw
                         home = tempfile.mkdtemp(prefix="fw-bench-home-")
-                        wall, job = _replay(case, {**env, "FW_HOME": home})
+                        wall, job, check = _replay(case, {**env, "FW_HOME": home})
                         # not counted: the archive its JVM writes after the command (the next run
                         # would share the cores with it)
                         wait_for_archives(Path(home) / "spark-cds")
                         shutil.rmtree(home, ignore_errors=True)
                     else:
-                        wall, job = _replay(case, warm)
-                    runs.append([round(wall, 1), job])
-                    print(f"{case} {kind} #{i + 1}: {wall:.1f} s from the command to its end (job {job} s)",
-                          flush=True)
+                        wall, job, check = _replay(case, warm)
+                    runs.append([round(wall, 1), job, check])
+                    checking = "" if check is None else f", order check {check} s"
+                    print(f"{case} {kind} #{i + 1}: {wall:.1f} s from the command to its end (job {job} s{checking}; "
+                          f"load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
         shutil.rmtree(warm["FW_HOME"], ignore_errors=True)
     return results
@@ -177,16 +209,20 @@ def _measure(opts: argparse.Namespace, env: dict[str, str]) -> dict[str, dict[st
 
 def _report(results: dict[str, dict[str, list[list[float | None]]]], opts: argparse.Namespace) -> None:
     print(f"\n{opts.records:,} records, 4 partitions, local[*], {os.cpu_count()} cores; median of {opts.repeat}")
-    print("| case | first run s | warm s |")
-    print("|---|---|---|")
+    print("| case | first run s | warm s | order check s (warm) |")
+    print("|---|---|---|---|")
     for case, kinds in results.items():
-        cells = []
-        for kind in ("first", "warm"):
-            walls = [w for w, _ in kinds.get(kind, []) if w is not None]
-            cells.append(f"{statistics.median(walls):.1f} ({', '.join(f'{w:.1f}' for w in walls)})" if walls else "-")
+        cells = [_cell([run[0] for run in kinds.get(kind, [])]) for kind in ("first", "warm")]
+        cells.append(_cell([run[2] for run in kinds.get("warm", []) if len(run) > 2]))
         print(f"| {case} | {' | '.join(cells)} |")
     if opts.json:
         print(json.dumps({"records": opts.records, "repeat": opts.repeat, "results": results}))
+
+
+def _cell(values: list[float | None]) -> str:
+    """The median and the runs' values, or ``-`` when none has one."""
+    known = [v for v in values if v is not None]
+    return f"{statistics.median(known):.1f} ({', '.join(f'{v:.1f}' for v in known)})" if known else "-"
 
 
 if __name__ == "__main__":

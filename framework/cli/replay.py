@@ -25,6 +25,7 @@ from framework.kafka.admin import (
 from framework.kafka.groups import held_records
 from framework.kafka.java import java_security
 from framework.kafka.offsets import resolve_ranges
+from framework.logs import debugging
 from framework.pipeline.loading import load_pipeline
 from framework.replay import launch, ledger
 from framework.replay.order import order_checks
@@ -62,6 +63,8 @@ _RANGE_HELP = ("earliest, latest, committed (the service group's offsets), a tim
 
 
 def _spark_options(f):  # type: ignore[no-untyped-def]
+    f = click.option("--verbose", is_flag=True,
+                     help="Show Spark's own log lines (INFO and up) too; without it only its errors (FW_DEBUG=1 too).")(f)
     f = click.option("--dry-run", is_flag=True, help="Print the spark-submit command instead of running it.")(f)
     f = click.option("--conf", "confs", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")(f)
     f = click.option("--master", default="local[*]", show_default=True, help="Any Spark master URL.")(f)
@@ -71,17 +74,19 @@ def _spark_options(f):  # type: ignore[no-untyped-def]
 
 
 def _run(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str, ...], dry_run: bool,
-         config_file: str | None) -> None:
-    code = run_job(plan, target, mode, master, confs, dry_run, config_file)
+         config_file: str | None, verbose: bool) -> None:
+    code = run_job(plan, target, mode, master, confs, dry_run, config_file, verbose=verbose)
     if code is not None:
         sys.exit(code)
 
 
 def run_job(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[str, ...], dry_run: bool,
-            config_file: str | None, *, to_stderr: bool = False) -> int | None:
+            config_file: str | None, *, to_stderr: bool = False, verbose: bool = False) -> int | None:
     """Run ``plan``'s Spark job (``mode``: replay, archive or savepoint) through spark-submit on
     ``master``; its exit code, or None for a dry run (the command printed). ``to_stderr``: what
-    the job and this function print goes to stderr."""
+    the job and this function print goes to stderr. ``verbose`` (or ``FW_DEBUG``): Spark's own
+    INFO and WARN lines are shown too (``submit.LOG_CONFIG``)."""
+    verbose = verbose or debugging()
     for conf in confs:
         if "=" not in conf:
             raise click.BadParameter(f"{conf!r} is not K=V", param_hint="--conf")
@@ -95,7 +100,7 @@ def run_job(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[
     spark = spark_launch_home()
     archive = class_archive(jars, spark)
     cmd = command(plan_path, deps, jars, master=master, confs=list(confs), name=f"fw {mode} {plan.service}",
-                  mode=mode, archive=archive, spark=spark)
+                  mode=mode, archive=archive, spark=spark, verbose=verbose)
     if dry_run:
         click.echo(shlex.join(cmd))
         return None
@@ -107,7 +112,7 @@ def run_job(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[
         click.echo(f"[replay] Spark's JVM writes its class archive as it exits, once, after this command has ended: "
                    f"later runs start from it sooner ({archive.path.parent})", err=to_stderr)
     try:
-        code = launch.run(cmd, env, archive, to_stderr=to_stderr)
+        code = launch.run(cmd, env, archive, to_stderr=to_stderr, verbose=verbose)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # a dry run's stays: its command names the plan
         remove_unused(runs, days=1)
@@ -152,7 +157,7 @@ def run_job(plan: ReplayPlan, target: str, mode: str, master: str, confs: tuple[
 def replay(target: str, start: str, end: str, archive: str | None, output: str, output_suffix: str, bootstrap: bool,
            commit_every: int, commit_interval: float, batch_size: int, allow_nondeterministic: bool,
            allow_calls: bool, reader: str, again: bool, clean: bool, master: str, confs: tuple[str, ...], dry_run: bool,
-           config_file: str | None) -> None:
+           config_file: str | None, verbose: bool) -> None:
     """Run the pipeline TARGET (module:pipeline) over history on Spark, as the live service
     would: backfill its outputs, and/or bootstrap its state for the live service. A backfill
     (--output topic or parquet:PATH) is exactly once across runs: run again, it continues
@@ -247,7 +252,7 @@ def replay(target: str, start: str, end: str, archive: str | None, output: str, 
                       definition=definition_of(pipeline), reader=reader, limits=limits,
                       producer={k: v for k, v in config.kafka.producer.items() if not is_secret(k)},
                       backfill=backfill.to_dict() if backfill else None, resumed=resumed, command_started=began)
-    _run(plan, target, "replay", master, confs, dry_run, config_file)
+    _run(plan, target, "replay", master, confs, dry_run, config_file, verbose)
 
 
 def empty_range(ranges: dict[str, dict[int, list[int]]], start: str, end: str, group: str) -> str:
@@ -305,7 +310,7 @@ def _occupied(settings: dict[str, str], destination: list[str]) -> list[str]:
 @click.option("--to", "end", default="latest", show_default=True, help=f"Where to stop (exclusive): {_RANGE_HELP}.")
 @_spark_options
 def archive(topics: tuple[str, ...], path: str, start: str, end: str, master: str, confs: tuple[str, ...],
-            dry_run: bool, config_file: str | None) -> None:
+            dry_run: bool, config_file: str | None, verbose: bool) -> None:
     """Write a range of TOPICS (committed records) as Parquet with Kafka's columns: topic,
     partition, offset, key, value, timestamp, headers. ``fw replay --archive`` replays it."""
     if Path(path).exists():
@@ -317,4 +322,4 @@ def archive(topics: tuple[str, ...], path: str, start: str, end: str, master: st
     plan = ReplayPlan(target="", service="archive", run_id=uuid.uuid4().hex[:10],
                       bootstrap_servers=config.kafka.bootstrap_servers, partitions=0, ranges=ranges, stages=[],
                       output=f"parquet:{Path(path).resolve()}")
-    _run(plan, "framework", "archive", master, confs, dry_run, config_file)
+    _run(plan, "framework", "archive", master, confs, dry_run, config_file, verbose)

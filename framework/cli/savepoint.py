@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,13 @@ from framework.cli.ops import _common, _listed, _settings
 from framework.errors import RuntimeProblem
 from framework.ops.targets import client_settings, is_target, load_config, service_pipeline
 from framework.pipeline.definition import Pipeline
-from framework.savepoint.manifest import Manifest, StoreInfo, list_savepoints, savepoint_root
+from framework.savepoint.manifest import (
+    Listed,
+    Manifest,
+    StoreInfo,
+    list_savepoints,
+    savepoint_root,
+)
 
 if TYPE_CHECKING:
     from framework.savepoint.restore import RestorePlan
@@ -107,16 +114,33 @@ class SparkStores:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table.")
 def savepoint_list(service: str | None, as_json: bool) -> None:
     """The savepoints under FW_SAVEPOINT_DIR (default ./savepoints), of SERVICE (its name, or
-    module:pipeline) when given."""
+    module:pipeline) when given. One whose manifest does not read is listed too, and said on
+    stderr in one line with the fix; the command then exits 1, as a restore of it would."""
     name = service_pipeline(service, "savepoint list").name if service and is_target(service) else service
     found = list_savepoints(savepoint_root(), name)
     if as_json:
-        out.emit_json([{"path": str(s.path.resolve()), "size": s.size, **_summary(s.manifest)} for s in found])
-        return
-    out.table(None, ["savepoint", "service", "created", "stores", "entries", "size"],
-              [(str(s.path), s.manifest.service, s.manifest.created, str(len(s.manifest.stores)),
-                str(sum(i.total for i in s.manifest.stores.values())), _size(s.size)) for s in found])
-    out.lines([f"{len(found)} savepoint{'' if len(found) == 1 else 's'} under {savepoint_root()}"])
+        out.emit_json([{"path": str(s.path.resolve()), "size": s.size, **_summary(s.manifest)} if s.manifest else
+                       {"path": str(s.path.resolve()), "size": s.size, "service": s.path.parent.name,
+                        "unreadable": s.unreadable.reason if s.unreadable else None} for s in found])
+    else:
+        out.table(None, ["savepoint", "service", "created", "stores", "entries", "size"],
+                  [_listed_row(s) for s in found])
+        unreadable = sum(1 for s in found if s.manifest is None)
+        out.lines([f"{len(found)} savepoint{'' if len(found) == 1 else 's'} under {savepoint_root()}"
+                   + (f", {unreadable} of them unreadable" if unreadable else "")])
+    failed = [(s.path, s.unreadable) for s in found if s.unreadable is not None]
+    for path, why in failed:  # one line each: which savepoint, why, and the fix
+        click.echo(f"error: savepoint {path} cannot be read: {why.reason}. Fix: {why.fix}", err=True)
+    if failed:
+        sys.exit(1)
+
+
+def _listed_row(s: Listed) -> tuple[str, ...]:
+    if s.manifest is None:
+        return (str(s.path), s.path.parent.name, "unreadable (below)", "-", "-", _size(s.size))
+    m = s.manifest
+    return (str(s.path), m.service, m.created, str(len(m.stores)), str(sum(i.total for i in m.stores.values())),
+            _size(s.size))
 
 
 @savepoint.command("describe")

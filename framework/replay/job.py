@@ -9,7 +9,7 @@ its ranges and the task reads them itself; each stage runs its tasks with ``mapI
 runs them over plain RDDs instead, without Spark SQL: ``_plain_rdd``); its ``next`` rows are
 shuffled by the framework's partitioner and sorted on their merge key for the next stage.
 Nothing is collected to the driver but each task's counters (and the few keys an order check
-refuses: ``check_order``). A Kafka backfill and a bootstrap write from the tasks themselves,
+refuses: ``check_order``; the order check of a small range reads and runs it in the driver). A Kafka backfill and a bootstrap write from the tasks themselves,
 through ``ResumableWriter``: a retried or recomputed Spark task writes nothing twice.
 
 This is the only module (with the rest of ``framework/replay`` it is shipped with) that
@@ -88,17 +88,7 @@ def _setup(plan_json: str) -> tuple[ReplayPlan, Any]:
     """Once per Python worker: the plan, the schemas shipped in the py-files, the pipeline."""
     if "plan" not in _READY:
         plan = ReplayPlan.from_json(plan_json)
-        _unpack_schemas()
-        from framework.pipeline.loading import load_pipeline
-
-        pipeline = load_pipeline(plan.target)
-        if plan.definition and definition_of(pipeline) != plan.definition:
-            raise PipelineError(
-                f"{plan.target} imported on this executor is not the pipeline fw replay planned "
-                f"({definition_of(pipeline).splitlines()[0]} here, {plan.definition.splitlines()[0]} there). Fix: "
-                "give the executors what the pipeline reads from its environment "
-                "(--conf spark.executorEnv.NAME=value)")
-        _READY["plan"], _READY["pipeline"] = plan, pipeline
+        _READY["plan"], _READY["pipeline"] = plan, _pipeline(plan)
         # What is alive now (pyspark's, pandas' and pyarrow's modules, the pipeline) leaves
         # the garbage collector's walks: the records keep full collections running, and each
         # walked all of it again. A task took 4% less time (benchmarks/NOTES.md). The live
@@ -106,6 +96,22 @@ def _setup(plan_json: str) -> tuple[ReplayPlan, Any]:
         gc.collect()
         gc.freeze()
     return _READY["plan"], _READY["pipeline"]
+
+
+def _pipeline(plan: ReplayPlan) -> Any:
+    """The plan's pipeline, imported here (the schemas shipped in the py-files unpacked first)
+    and checked to be the one ``fw replay`` planned with."""
+    _unpack_schemas()
+    from framework.pipeline.loading import load_pipeline
+
+    pipeline = load_pipeline(plan.target)
+    if plan.definition and definition_of(pipeline) != plan.definition:
+        raise PipelineError(
+            f"{plan.target} imported on this executor is not the pipeline fw replay planned "
+            f"({definition_of(pipeline).splitlines()[0]} here, {plan.definition.splitlines()[0]} there). Fix: "
+            "give the executors what the pipeline reads from its environment "
+            "(--conf spark.executorEnv.NAME=value)")
+    return pipeline
 
 
 def _unpack_schemas() -> None:
@@ -754,9 +760,15 @@ def check_order(sc: SparkContext, spark: SparkSession | None, plan: ReplayPlan) 
     checks = planned_checks(plan)
     if not checks:
         return
+    started = time.monotonic()
+    if plan.small and not plan.archive:
+        _check_in_driver(plan)
+        print(f"[replay] checked the order of {', '.join(c.step for c in checks)}: each key from one upstream "
+              f"partition ({plan.records:,} records read and run in the driver, {time.monotonic() - started:.1f} s)",
+              flush=True)
+        return
     spark = spark or _session()
     names = origin_names(plan.stages)
-    started = time.monotonic()
     _refuse_mixed(checks, 0, _source_arrivals(spark, plan), names)
     frame = None if not any(c.stage > 0 for c in checks) else _source_frame(spark, plan)
     kept: list[DataFrame] = []
@@ -775,6 +787,32 @@ def check_order(sc: SparkContext, spark: SparkSession | None, plan: ReplayPlan) 
             result.unpersist()
     print(f"[replay] checked the order of {', '.join(c.step for c in checks)}: each key from one upstream "
           f"partition ({time.monotonic() - started:.1f} s)", flush=True)
+
+
+def _check_in_driver(plan: ReplayPlan) -> None:
+    """``check_order`` of a small range (``ReplayPlan.small``) in the driver's own process: the
+    source ranges read with the framework's Kafka client (a thread per partition) and the stages
+    before the last checked step run over them without writers (``stage.run_locally``). Its cost
+    is the records', where a Spark job of its own cost seconds of planning and task start-up
+    whatever the range (benchmarks/NOTES.md, "The order check of a small range")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from framework.kafka.clients import read_range
+    from framework.replay.stage import run_locally
+
+    pipeline = _pipeline(plan)  # not ``_setup``'s: what the stage functions pickle must not hold it
+    settings = _kafka_settings(plan)
+    parts = [(t, p, start, end) for t, ranges in sorted(plan.ranges.items()) for p, (start, end) in ranges.items()]
+
+    def read(part: tuple[str, int, int, int]) -> list[Any]:
+        topic, p, start, end = part
+        return [m for run in read_range(settings, plan.marker_group, topic, p, start, end, batch=plan.batch_size)
+                for m in run]
+
+    with ThreadPoolExecutor(max(1, min(len(parts), 8))) as pool:  # librdkafka waits without the GIL
+        sources = {(t, p): records for (t, p, _, _), records in zip(parts, pool.map(read, parts), strict=True)}
+    dry = dataclasses.replace(plan, output="none", bootstrap=False)
+    run_locally(pipeline, dry, sources, read_global=_global_reader(plan), check_only=True)
 
 
 def _refuse_mixed(checks: list[OrderCheck], stage: int, arrivals: DataFrame | None, names: dict[str, str]) -> None:

@@ -345,22 +345,26 @@ def chunked(items: Iterable[Record | Carry]) -> Iterator[list[Record] | Carry]:
 
 def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, int], list[Record]],
                 writer_for: Any = None, keep_outputs: bool = True,
-                global_records: dict[tuple[str, int], list[Record]] | None = None) -> dict[str, list[Row]]:
+                global_records: dict[tuple[str, int], list[Record]] | None = None, *,
+                read_global: Any = None, check_only: bool = False) -> dict[str, list[Row]]:
     """The whole replay without Spark, stage after stage, in this process: what the Spark job
     does, for tests and small replays. ``sources``: each source partition's records in offset
-    order (``global_records``: each global table partition's). Returns the rows of every stage
+    order (``global_records``: each global table partition's, from its first offset; or
+    ``read_global(topic, partition, start, end)`` reads them). Returns the rows of every stage
     by kind. The plan's order checks (``framework.replay.order``) refuse as the job's do,
-    before a writer writes anything."""
+    before a writer writes anything. ``check_only``: only the checks, without writers: the
+    stages up to the last checked step's, and nothing after."""
     held = global_records or {}
 
-    def read_global(topic: str, p: int, start: int, end: int) -> Iterator[list[Record]]:
+    def read_held(topic: str, p: int, start: int, end: int) -> Iterator[list[Record]]:
         yield held.get((topic, p), [])[start:end]
 
     checks, names = planned_checks(plan), origin_names(plan.stages)
     if checks and writer_for is not None:  # decided by a pass that writes nothing, as on Spark
-        run_locally(pipeline, plan, sources, keep_outputs=False, global_records=global_records)
+        run_locally(pipeline, plan, sources, global_records=global_records, read_global=read_global, check_only=True)
     check_arrivals(checks, 0, ((p, r.key(), t, p) for (t, p), rs in sources.items() for r in rs), names)
-    stages = len(plan.stages)
+    stages = len(plan.stages) if not check_only else max((c.stage for c in checks), default=0)
+    read_global = read_global or read_held
     by_task: dict[int, dict[str, list[Record]]] = {}
     for (topic, p), records in sources.items():
         by_task.setdefault(p, {})[topic] = records
@@ -369,8 +373,8 @@ def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, i
     for stage in range(stages):
         nexts: list[Row] = []
         for pid in sorted(inputs):
-            task = StageTask(pipeline, plan, stage, pid, writer_for(stage, pid) if writer_for else None,
-                             keep_outputs, global_reader=read_global)
+            task = StageTask(pipeline, plan, stage, pid, writer_for(stage, pid) if writer_for and not check_only
+                             else None, keep_outputs and not check_only, global_reader=read_global)
             try:
                 for row in task.run(chunked(inputs[pid])):
                     (nexts if row.kind in ("next", "clock") else everything[row.kind]).append(row)

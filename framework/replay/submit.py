@@ -337,25 +337,39 @@ def _link_or_copy(source: Path, target: Path) -> None:
 # pyspark.zip, which every process compiles again (fw_local_daemon's docstring): 0.6 s less
 # before a replay's first record. Local masters only (the executors are this machine), and not
 # when the command's own settings name a daemon or the workers' path.
+# Spark's INFO and WARN lines (its version, the UI's port, a hostname that resolves to
+# loopback, Hadoop's native library) are not the user's business on every run: the driver's
+# JVM (on a local master, its executors too) logs ERRORs only, through this file, unless
+# ``fw replay --verbose``. A cluster's executors log to their workers' files, at the cluster's
+# own settings (the file's path here need not exist there).
+LOG_CONFIG = Path(__file__).parent / "log4j2.properties"
 LOCAL_DAEMON = Path(__file__).parent / "daemon_path" / "fw_local_daemon.py"
 _DAEMON_CONFS = ("spark.python.daemon.module=", "spark.python.use.daemon=", "spark.executorEnv.PYTHONPATH=")
 
 
 def command(plan_path: Path, deps: Path, jars: list[Path], *, master: str, confs: list[str], name: str,
-            mode: str = "replay", archive: ClassArchive | None = None, spark: Path | None = None) -> list[str]:
+            mode: str = "replay", archive: ClassArchive | None = None, spark: Path | None = None,
+            verbose: bool = False) -> list[str]:
     """The spark-submit command of the Spark in ``spark`` (default: the installed pyspark). The
     driver's JVM options are the command's own (``spark.driver.extraJavaOptions``) or else
     ours: C1 alone on a local master, and the class-data ``archive`` where the driver runs here
-    (not ``spark.submit.deployMode=cluster``)."""
+    (not ``spark.submit.deployMode=cluster``). There, unless ``verbose``, the driver logs
+    through ``LOG_CONFIG`` (ERRORs only), added to the command's own options unless they name
+    a log4j configuration themselves."""
     cmd = [str((spark or spark_home()) / "bin" / "spark-submit"), "--master", master, "--name", name,
-           "--conf", "spark.log.level=WARN", "--conf", f"spark.pyspark.python={sys.executable}",
-           "--conf", "spark.ui.showConsoleProgress=false"]
-    if not any(c.startswith("spark.driver.extraJavaOptions=") for c in confs):
+           "--conf", f"spark.pyspark.python={sys.executable}", "--conf", "spark.ui.showConsoleProgress=false"]
+    here = "spark.submit.deployMode=cluster" not in confs
+    logging = [f"-Dlog4j.configurationFile={LOG_CONFIG}"] if here and not verbose else []
+    own = [i for i, c in enumerate(confs) if c.startswith("spark.driver.extraJavaOptions=")]
+    if own:  # the last one is what spark-submit takes
+        if logging and "log4j" not in confs[own[-1]]:
+            confs = [*confs[:own[-1]], f"{confs[own[-1]]} {logging[0]}", *confs[own[-1] + 1:]]
+    else:
         driver = [LOCAL_JIT.partition("=")[2]] if master.startswith("local") else []
-        if archive is not None and "spark.submit.deployMode=cluster" not in confs:
+        if archive is not None and here:
             driver += archive.options()
-        if driver:
-            cmd += ["--conf", "spark.driver.extraJavaOptions=" + " ".join(driver)]
+        if driver or logging:
+            cmd += ["--conf", "spark.driver.extraJavaOptions=" + " ".join(driver + logging)]
     if master.startswith("local") and not any(c.startswith(_DAEMON_CONFS) for c in confs):
         cmd += ["--conf", f"spark.python.daemon.module={LOCAL_DAEMON.stem}",
                 "--conf", f"spark.executorEnv.PYTHONPATH={LOCAL_DAEMON.parent}"]

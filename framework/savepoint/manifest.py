@@ -119,8 +119,10 @@ class Manifest:
         try:
             data = json.loads(text)
             if data.get("format") != SAVEPOINT_FORMAT:
-                raise RuntimeProblem(f"{where} is of savepoint format {data.get('format')!r}; this version reads "
-                                     f"format {SAVEPOINT_FORMAT}. Fix: restore it with the release that made it")
+                raise Unreadable(f"{where} is of savepoint format {data.get('format')!r}; this version reads format "
+                                 f"{SAVEPOINT_FORMAT}. Fix: restore it with the release that made it",
+                                 f"its manifest is of savepoint format {data.get('format')!r}, this version reads "
+                                 f"format {SAVEPOINT_FORMAT}", "list and restore it with the release that made it")
             data["stores"] = {name: StoreInfo(**{**s, "entries": _int_keys(s["entries"])})
                               for name, s in data["stores"].items()}
             data["offsets"] = {t: _int_keys(parts) for t, parts in data["offsets"].items()}
@@ -134,9 +136,10 @@ class Manifest:
             return cls(**data)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             said = str(exc).splitlines()[0] if str(exc) else ""
-            raise RuntimeProblem(f"savepoint manifest {where} is damaged ({type(exc).__name__}: {said}): the savepoint "
-                                 "cannot be read or restored. Fix: restore another savepoint (fw savepoint list shows "
-                                 "them), or create a new one (fw savepoint create)") from None
+            raise Unreadable(f"savepoint manifest {where} is damaged ({type(exc).__name__}: {said}): the savepoint "
+                             "cannot be read or restored. Fix: restore another savepoint (fw savepoint list shows "
+                             "them), or create a new one (fw savepoint create)",
+                             f"its manifest is damaged ({type(exc).__name__}: {said})", _COPY_AGAIN) from None
 
     def save(self, directory: Path) -> None:
         (directory / MANIFEST).write_text(self.to_json() + "\n")
@@ -147,9 +150,24 @@ class Manifest:
         try:
             text = path.read_text()
         except OSError as exc:
-            raise RuntimeProblem(f"{directory} is not a savepoint: {path} cannot be read ({exc.strerror}). Fix: name "
-                                 "a directory fw savepoint create wrote (fw savepoint list shows them)") from None
+            raise Unreadable(f"{directory} is not a savepoint: {path} cannot be read ({exc.strerror}). Fix: name a "
+                             "directory fw savepoint create wrote (fw savepoint list shows them)",
+                             f"its manifest cannot be read ({exc.strerror})", _COPY_AGAIN) from None
         return cls.from_json(text, str(path))
+
+
+_COPY_AGAIN = "copy it again from where it was made, or delete its directory"
+
+
+class Unreadable(RuntimeProblem):
+    """A manifest this release cannot read: damaged, unreadable, or of another savepoint format.
+    Besides the whole message (what a restore or describe refuses with), ``reason`` and ``fix``
+    say it for ``fw savepoint list``, which names the savepoint itself."""
+
+    def __init__(self, message: str, reason: str, fix: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.fix = fix
 
 
 def _int_keys(parts: Mapping[str, Any]) -> dict[int, Any]:
@@ -202,24 +220,30 @@ def default_path(service: str, created: datetime, root: Path | None = None) -> P
 
 @dataclass(frozen=True)
 class Listed:
-    """A savepoint found under the root: its directory, manifest and size on disk (bytes)."""
+    """A savepoint found under the root: its directory, size on disk (bytes), and its manifest,
+    or why it does not read (``unreadable``; ``manifest`` is None then)."""
 
     path: Path
-    manifest: Manifest
+    manifest: Manifest | None
     size: int
+    unreadable: Unreadable | None = None
 
 
 def list_savepoints(root: Path, service: str | None = None) -> list[Listed]:
     """The savepoints under ``root`` (of ``service`` only, when given), oldest first per
-    service. A directory whose manifest does not read is left out."""
+    service: every directory ``<service>/<name>/`` with a manifest, those whose manifest does not
+    read included, with the reason (a damaged savepoint left out of a list would be found only
+    when a rollback needs it)."""
     if not root.is_dir():
         return []
     found = []
     for manifest in sorted(root.glob(f"{service or '*'}/*/{MANIFEST}")):
+        loaded: Manifest | None = None
+        unreadable: Unreadable | None = None
         try:
             loaded = Manifest.load(manifest.parent)
-        except RuntimeProblem:
-            continue
+        except Unreadable as exc:
+            unreadable = exc
         size = sum(f.stat().st_size for f in manifest.parent.rglob("*") if f.is_file())
-        found.append(Listed(manifest.parent, loaded, size))
+        found.append(Listed(manifest.parent, loaded, size, unreadable))
     return found

@@ -120,3 +120,23 @@ def test_the_same_numbers_keyed_upstream_are_replayed_and_without_the_checks_the
     p, plan, sources = _numbers([("a", 2, 0), ("b", 4, 1)], partitions=2)
     plan.order_checks = []  # --allow-nondeterministic
     assert len([r for r in run_locally(p, plan, sources)["out"] if r.topic == "even-odd-sums-o"]) == 2
+
+
+def test_the_check_alone_runs_the_stages_before_the_checked_step_and_writes_nothing() -> None:
+    """``check_only`` (the driver's check of a small range): the same refusal, no writer made,
+    and when every key comes from one upstream partition, nothing but stage 0 run (no outputs
+    of the checked step's stage: the replay proper makes those)."""
+    p, plan, sources = _numbers([("a", 2, 0), ("b", 4, 1), ("c", 3, 0)], partitions=2)
+    writers: list[tuple[int, int]] = []
+
+    def writer_for(stage: int, pid: int) -> Any:
+        writers.append((stage, pid))
+        return None
+
+    with pytest.raises(PipelineError, match="key \"even\" from numbers-o\\[0\\], numbers-o\\[1\\]"):
+        run_locally(p, plan, sources, writer_for=writer_for, check_only=True)
+    assert writers == []
+    p, plan, sources = _numbers([("a", 2, 0), ("b", 4, 0), ("c", 3, 1)], partitions=2)  # evens in 0, odds in 1
+    checked = run_locally(p, plan, sources, writer_for=writer_for, check_only=True)
+    assert writers == [] and checked["out"] == []
+    assert len(checked["stats"]) == 2 < len(run_locally(p, plan, sources)["stats"])  # stage 0's two tasks alone

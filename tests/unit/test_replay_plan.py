@@ -5,6 +5,7 @@ the spark-submit command."""
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import shutil
@@ -12,7 +13,7 @@ import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
@@ -25,6 +26,7 @@ from framework.kafka.offsets import _Log, parse_time
 from framework.pipeline import Pipeline, Topic
 from framework.replay import submit
 from framework.replay.daemon_path.fw_local_daemon import _installed_copies, prefer_installed
+from framework.replay.launch import EXIT_MARK, JVM_NOISE, _Dropping, relay
 from framework.replay.plan import (
     SMALL_RANGE,
     ReplayPlan,
@@ -39,6 +41,7 @@ from framework.replay.stage import StageOutput, merge_sources, merge_streams, ru
 from framework.replay.submit import (
     LOCAL_DAEMON,
     LOCAL_JIT,
+    LOG_CONFIG,
     ClassArchive,
     command,
     package,
@@ -325,15 +328,66 @@ def test_a_local_replay_compiles_with_c1_unless_told_otherwise(master: str, tmp_
     def cmd(*confs: str) -> list[str]:
         return command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master=master, confs=list(confs), name="x")
 
-    assert LOCAL_JIT in _confs(cmd())
+    assert _driver_options(cmd())[:1] == [LOCAL_JIT.partition("=")[2]]
     own = "spark.driver.extraJavaOptions=-Xss4m"
-    assert _confs(cmd(own)).count(own) == 1 and LOCAL_JIT not in _confs(cmd(own))
+    assert _driver_options(cmd(own)) == ["-Xss4m", QUIET]  # the command's own, and the log configuration
+
+
+def _driver_options(cmd: list[str]) -> list[str]:
+    [options] = [c.partition("=")[2] for c in _confs(cmd) if c.startswith("spark.driver.extraJavaOptions=")] or [""]
+    return options.split()
+
+
+QUIET = f"-Dlog4j.configurationFile={LOG_CONFIG}"
 
 
 def test_a_cluster_replay_keeps_the_jvms_own_compilers(tmp_path) -> None:
     cmd = command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master="spark://127.0.0.1:7077", confs=[],
                   name="x")
-    assert LOCAL_JIT not in _confs(cmd)
+    assert _driver_options(cmd) == [QUIET]
+
+
+@pytest.mark.parametrize("master", ["local[*]", "spark://127.0.0.1:7077"])
+def test_the_driver_logs_sparks_errors_only_unless_verbose(master: str, tmp_path) -> None:
+    """The driver's JVM logs through the framework's log4j configuration (ERROR and up), with
+    the command's own JVM options too; not with ``--verbose``, nor where a command names its
+    own log4j configuration, nor for a driver that runs on the cluster (the file is not there)."""
+    def cmd(*confs: str, verbose: bool = False) -> list[str]:
+        return command(tmp_path / "plan.json", tmp_path / "deps.zip", [], master=master, confs=list(confs), name="x",
+                       verbose=verbose)
+
+    assert "rootLogger.level = error" in LOG_CONFIG.read_text()
+    assert QUIET in _driver_options(cmd()) and QUIET not in _driver_options(cmd(verbose=True))
+    assert not any(c.startswith("spark.log.level=") for c in _confs(cmd()) + _confs(cmd(verbose=True)))
+    theirs = "spark.driver.extraJavaOptions=-Dlog4j.configurationFile=/etc/mine.properties"
+    assert _driver_options(cmd(theirs)) == ["-Dlog4j.configurationFile=/etc/mine.properties"]
+    assert QUIET not in _driver_options(cmd("spark.submit.deployMode=cluster"))
+
+
+def _pipe(data: bytes) -> IO[bytes]:
+    """The reading end of a pipe that held ``data`` and was closed (as a JVM's output is)."""
+    read, write = os.pipe()
+    os.write(write, data)
+    os.close(write)
+    return os.fdopen(read, "rb")
+
+
+def test_the_jvms_incubator_warning_is_not_relayed_and_everything_else_is() -> None:
+    """``launch.relay`` drops the JVM's ``JVM_NOISE`` lines from stderr, wherever the pipe's
+    chunks cut them, and copies every other byte as it came; the job's exit code ends it."""
+    said = (b"WARNING: Using incubator modules: jdk.incubator.vector\nerror: a real one\n"
+            b"WARNING: something else\nWARN")
+    for drop, shown in ((JVM_NOISE, said.split(b"\n", 1)[1]), ((), said)):
+        to_out, to_err = io.BytesIO(), io.BytesIO()
+        with _pipe(said) as err, _pipe(f"[replay] done\n{EXIT_MARK} 0\n".encode()) as out:
+            assert relay(out, err, to_out, to_err, drop=drop) == 0
+        assert (to_out.getvalue(), to_err.getvalue()) == (b"[replay] done\n", shown)
+    cut = io.BytesIO()
+    dropping = _Dropping(cut, JVM_NOISE)
+    for chunk in (b"WARNING: Using incu", b"bator modules: jdk.incubator.vector\nWARNING: U", b"sing it\n", b"ok"):
+        dropping.write(chunk)
+    dropping.close()
+    assert cut.getvalue() == b"WARNING: Using it\nok"
 
 
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
@@ -353,7 +407,8 @@ def test_the_driver_jvm_writes_its_class_archive_once_and_maps_it_after(master: 
     assert archive.path.read_bytes() == b"written" and not archive.writing.exists()
     [options] = driver()
     assert f"-XX:SharedArchiveFile={archive.path}" in options.split()
-    assert driver("spark.driver.extraJavaOptions=-Xss4m") == ["-Xss4m"]  # the command's own options alone
+    # the command's own options, with the log configuration only
+    assert driver("spark.driver.extraJavaOptions=-Xss4m") == [f"-Xss4m -Dlog4j.configurationFile={LOG_CONFIG}"]
     assert not any("Archive" in o for o in driver("spark.submit.deployMode=cluster"))  # the driver runs elsewhere
 
 

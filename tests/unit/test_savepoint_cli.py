@@ -4,6 +4,7 @@ wrong argument stays a usage error (2)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -77,3 +78,48 @@ def test_a_savepoint_into_a_directory_not_empty_is_a_refusal_and_a_wrong_argumen
     assert (code, err) == (2, ("error: fw savepoint restore needs the pipeline's code for its stores, topics and "
                               "serdes, and there is no services/shop/pipeline.py here: give SERVICE as module:pipeline "
                               "(e.g. services.shop.pipeline:pipeline), or run it from the project's root\n")), err
+
+
+@pytest.mark.parametrize(("damage", "reason", "fix"), [
+    (lambda p: (p / MANIFEST).write_text("{"),
+     ("its manifest is damaged (JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 "
+      "(char 1))"), "copy it again from where it was made, or delete its directory"),
+    (lambda p: (p / MANIFEST).write_text('{"format": 1, "stores": {}}'),
+     "its manifest is damaged (KeyError: 'offsets')", "copy it again from where it was made, or delete its directory"),
+    (lambda p: (p / MANIFEST).write_text('{"format": 2}'),
+     "its manifest is of savepoint format 2, this version reads format 1",
+     "list and restore it with the release that made it"),
+], ids=["not-json", "field-missing", "another-format"])
+def test_a_savepoint_whose_manifest_does_not_read_is_listed_with_the_reason_and_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], damage: object,
+        reason: str, fix: str) -> None:
+    root = tmp_path / "savepoints"
+    good, bad = root / "shop" / "20261122T120000.000Z", root / "shop" / "20261123T120000.000Z"
+    _savepoint(good)
+    _savepoint(bad)
+    damage(bad)  # type: ignore[operator]
+    monkeypatch.setenv("FW_SAVEPOINT_DIR", str(root))
+    line = f"error: savepoint {bad} cannot be read: {reason}. Fix: {fix}\n"
+
+    code, err = _fw(monkeypatch, capsys, "savepoint", "list", "shop")
+    assert (code, err) == (1, line)  # as a restore of it exits: 1, one line on stderr
+    table = CliRunner().invoke(cli, ["savepoint", "list"], env={"FW_SAVEPOINT_DIR": str(root), "COLUMNS": "400"})
+    assert (table.exit_code, table.stderr) == (1, line)
+    shown = table.stdout.splitlines()  # the table lists both
+    assert [r.split()[:3] for r in shown[1:3]] == [[str(good), "shop", "2026-11-23T12:00:00.000+00:00"],
+                                                   [str(bad), "shop", "unreadable"]]
+    assert shown[3] == f"2 savepoints under {root}, 1 of them unreadable"
+
+    listed = CliRunner().invoke(cli, ["savepoint", "list", "--json"], env={"FW_SAVEPOINT_DIR": str(root)})
+    assert listed.exit_code == 1
+    [first, second] = json.loads(listed.stdout)
+    assert (first["path"], first["service"], "unreadable" in first) == (str(good), "shop", False)
+    assert (second["path"], second["service"], second["unreadable"]) == (str(bad), "shop", reason)
+    assert listed.stderr == line
+
+
+def test_savepoints_that_all_read_are_listed_with_exit_0(tmp_path: Path) -> None:
+    _savepoint(tmp_path / "shop" / "20261122T120000.000Z")
+    listed = CliRunner().invoke(cli, ["savepoint", "list"], env={"FW_SAVEPOINT_DIR": str(tmp_path)})
+    assert (listed.exit_code, listed.stderr, listed.stdout.splitlines()[-1]) == (
+        0, "", f"1 savepoint under {tmp_path}")
