@@ -10,10 +10,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# The framework first, so editing a service does not reinstall the dependencies.
+# The dependencies first, in a layer that only pyproject.toml decides (installed with an
+# empty framework package, then that is removed): editing the framework or a service does
+# not install them again. Then the framework, without its dependencies.
 COPY pyproject.toml README.md ./
+RUN mkdir framework && touch framework/__init__.py \
+    && pip install . && pip uninstall --yes kstreamflow && rm -rf framework build *.egg-info
 COPY framework ./framework
-RUN pip install . && rm -rf build
+RUN pip install --no-deps . && rm -rf build
 
 # Services import as services.<name>.pipeline from the working directory; their Avro
 # schemas are found through FW_SCHEMAS_DIR.
