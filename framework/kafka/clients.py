@@ -61,6 +61,9 @@ _NOT_READY_YET = (  # a partition just created, or moving: its leader is not kno
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     # asked of a node that then left the cluster's metadata (one SIGKILLed, fenced): ask again
     KafkaError._DESTROY_BROKER,
+    # a leader just elected whose high watermark has not caught up yet ("Leader high watermark
+    # is not caught up", after a whole cluster restarted): offsets asked of it come soon
+    KafkaError.OFFSET_NOT_AVAILABLE,
 )
 
 
