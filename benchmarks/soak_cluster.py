@@ -73,7 +73,7 @@ class CommitWatch(threading.Thread):
 
     def run(self) -> None:
         while not self.halt.wait(0.25):
-            for url, (count, since) in self.last.items():
+            for url, (count, _since) in self.last.items():
                 now_count, at = self._completed(url), time.monotonic()
                 if now_count > count:
                     self.last[url] = (now_count, at)
