@@ -61,20 +61,33 @@ def via_controller(admin: AdminClient, call: Callable[[float], T], timeout_s: fl
     after one that timed out waiting for the controller, until ``timeout_s``. A KRaft broker's
     metadata names a random broker as the controller, a node that died among them until the
     cluster fences it (``broker.session.timeout.ms``): librdkafka waits for that node for the
-    whole request timeout. Asking for the metadata again names another."""
+    whole request timeout. Asking for the metadata again names another: it is asked before
+    the first attempt too, as the controller an admin client cached may have died since (a
+    member's recovery after a node left the cluster asks describe_topics through an admin
+    client made at its start)."""
     deadline = time.monotonic() + timeout_s
+
+    def attempt_s() -> float:
+        return max(min(deadline - time.monotonic(), _CONTROLLER_ATTEMPT_S), 0.1)
+
+    _ask_metadata(admin, attempt_s())
     while True:
         try:
-            return call(max(min(deadline - time.monotonic(), _CONTROLLER_ATTEMPT_S), 0.1))
+            return call(attempt_s())
         except KafkaException as exc:
             err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if err is None or not _waited_for_controller(err) or time.monotonic() >= deadline:
                 raise
             log.info("%s: no answer from the node named the controller (%s): asking another", what, err.str())
-            try:
-                admin.list_topics(timeout=max(min(deadline - time.monotonic(), _CONTROLLER_ATTEMPT_S), 0.1))
-            except KafkaException:
-                pass  # no broker answers now: the next attempt waits, and times out, as this one did
+            _ask_metadata(admin, attempt_s())
+
+
+def _ask_metadata(admin: AdminClient, timeout_s: float) -> None:
+    """The cluster's metadata asked afresh: librdkafka takes the controller it names."""
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        pass  # no broker answers now: the attempt that follows waits, and times out, as it would have
 
 
 def _waited_for_controller(err: KafkaError) -> bool:

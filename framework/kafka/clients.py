@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -44,6 +45,7 @@ log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses
 _FLUSH_SLICE_S = 0.5  # a flush looks at the brokers' state this often
+_NODE_NAMED = re.compile(r"[^\s/]+/(\d+): ")  # librdkafka names a node "host:port/id: ..." in its errors
 _TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is refused already
 # A flush takes milliseconds unless records wait: for a topic that is gone, librdkafka holds
 # them until message.timeout.ms (deleted while known) or topic.metadata.propagation.max.ms
@@ -216,6 +218,7 @@ class Connectivity:
     def __init__(self) -> None:
         self.down_since: float | None = None
         self.fatal: KafkaError | None = None
+        self.node_failed: dict[int, float] = {}  # node id -> when a connection to it last failed (monotonic)
 
     def on_error(self, err: KafkaError) -> None:
         """The client's ``error_cb`` (served by its poll, consume or flush)."""
@@ -226,6 +229,9 @@ class Connectivity:
             self.fatal = err
         else:
             log.debug("client error event: %s", err)
+            node = _NODE_NAMED.match(err.str()) if err.code() == KafkaError._TRANSPORT else None
+            if node is not None:
+                self.node_failed[int(node.group(1))] = time.monotonic()
 
     def clear(self) -> None:
         self.down_since = None
@@ -271,6 +277,8 @@ class KafkaOutput:
         self._accepted: dict[str, tuple[float, float]] = {}  # topic -> timestamps it takes, as of the last poll
         self._stuck: list[_BoundedCall] = []  # send_offsets calls past their timeout, still running
         self._nodes_seen: set[int] = set()  # the cluster's nodes as this producer has seen them (send_offsets)
+        self.group: str | None = None  # the consumer group whose offsets it sends (send_offsets)
+        self._coordinator: int | None = None  # that group's coordinator as last seen (send_offsets)
 
     # -- Output protocol -----------------------------------------------------------------
 
@@ -453,7 +461,7 @@ class KafkaOutput:
     def init_transactions(self, timeout_s: float) -> None:
         try:
             self._p.init_transactions(timeout_s)
-            self._nodes_gone()  # the nodes it starts with (send_offsets)
+            self._moved()  # the nodes and the group's coordinator it starts with (send_offsets)
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
@@ -473,41 +481,67 @@ class KafkaOutput:
 
     def send_offsets(self, positions: Mapping[TP, int], group_metadata: Any, timeout_s: float) -> None:
         """send_offsets_to_transaction, bounded here: librdkafka does not enforce the call's
-        own timeout, and while the group coordinator it cached is a node that left the
-        cluster's metadata (SIGKILLed, then fenced: ``broker.session.timeout.ms``, 9 s) it waits
-        for that node to come back, however long (librdkafka issues 5456 and 5511, open in
-        2.16). The call runs on a thread of its own. Past a second, the cluster's metadata is
-        asked for every half second: once a node this producer has seen is gone from it, the
-        call is given up (its coordinator moved: waiting cannot help); so is a call past
-        ``timeout_s`` or 15 s, whichever is shorter. A given-up call is left there, holding this
-        producer, and a ``TimeoutError`` (the checkpoint's outcome unknown) sends the member to
-        a new producer (``renew``)."""
+        own timeout, and once the group coordinator it cached has died it may wait for that
+        node however long, even after the cluster moved the coordinator elsewhere (librdkafka
+        issues 5456 and 5511, open in 2.16). The call runs on a thread of its own. Past a
+        second, the cluster's metadata is asked for every half second, and the call is given up
+        as soon as it says that the coordinator librdkafka waits for may be a node that died
+        (``_moved``): waiting cannot help then. So is a call past ``timeout_s`` or 15 s,
+        whichever is shorter. A given-up call is left there,
+        holding this producer, and a ``TimeoutError`` (the checkpoint's outcome unknown) sends
+        the member to a new producer (``renew``)."""
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         call = _BoundedCall(self._p.send_offsets_to_transaction, offsets, group_metadata, timeout_s)
         bound = min(timeout_s, _SEND_OFFSETS_BOUND_S)
         waited, step = 0.0, _SEND_OFFSETS_QUICK_S
         while not call.wait(min(step, bound - waited)):
             waited += step
-            gone = self._nodes_gone()
-            if gone or waited >= bound:
+            moved = self._moved()
+            if moved or waited >= bound:
                 self._stuck.append(call)
-                why = (f"node{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} left the cluster's "
-                       "metadata (stopped, and fenced by the cluster): its group coordinator moved" if gone
-                       else "the producer waits for a group coordinator it no longer reaches")
+                why = moved or "the producer waits for a group coordinator it no longer reaches"
                 raise TimeoutError(f"send_offsets_to_transaction did not return within {waited:.0f} s: {why}")
             step = _SEND_OFFSETS_ASK_S
         call.result()
 
-    def _nodes_gone(self) -> list[int]:
-        """The nodes this producer has seen in the cluster's metadata that it no longer lists
-        (none when it cannot say now); the nodes listed now are remembered as seen."""
+    def _moved(self) -> str | None:
+        """Why the group coordinator this producer cached may be a node that cannot answer,
+        from the cluster's metadata asked now; None when nothing says so (or the cluster
+        cannot say now). It may, when:
+
+        - a node this producer has seen, in the metadata or in its own connection errors, is
+          no longer listed (it died and the cluster fenced it, or it shut down);
+        - the group's coordinator (the leader of its partition of ``__consumer_offsets``) is
+          another node than when last seen;
+        - a connection to another node than the coordinator failed within the last minute:
+          the coordinator may have moved from there (and the node come back) unseen.
+
+        The nodes listed, and the coordinator, are remembered as seen."""
+        self._p.poll(0)  # the connection errors reported meanwhile (``Connectivity``)
         try:
-            now = set(self._p.list_topics(timeout=_SEND_OFFSETS_ASK_S).brokers)
+            md = self._p.list_topics(_OFFSETS_TOPIC, timeout=_SEND_OFFSETS_ASK_S)
         except KafkaException:
-            return []
-        gone = sorted(self._nodes_seen - now) if now else []
+            return None
+        now = set(md.brokers)
+        failed = {n: at for n, at in self.connectivity.node_failed.items()
+                  if time.monotonic() - at < _RECENTLY_FAILED_S}
+        gone = sorted((self._nodes_seen | set(failed)) - now) if now else []
         self._nodes_seen |= now
-        return gone
+        before, coordinator = self._coordinator, _coordinator_of(md, self.group)
+        if coordinator is not None:
+            self._coordinator = coordinator
+        if gone:
+            return (f"node{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} left the cluster's metadata "
+                    "(stopped, and fenced by the cluster): its group coordinator moved")
+        if coordinator is None:
+            return None
+        if before is not None and coordinator != before:
+            return f"the group's coordinator moved from node {before} to node {coordinator}"
+        elsewhere = sorted(n for n in failed if n != coordinator)
+        if elsewhere:
+            return (f"node {elsewhere[0]} failed {time.monotonic() - failed[elsewhere[0]]:.0f} s ago and the group's "
+                    f"coordinator is node {coordinator} now: it may have moved from there")
+        return None
 
     def commit(self, timeout_s: float) -> None:
         try:
@@ -546,7 +580,7 @@ class KafkaOutput:
         self._delivery_error = None
         self._gone = set()
         self._changelog_ends = {}
-        self._nodes_seen = set()
+        self._nodes_seen, self._coordinator = set(), None
         self.connectivity = Connectivity()
         self._full_conf["error_cb"] = self.connectivity.on_error
         self._p = Producer(self._full_conf)
@@ -561,6 +595,32 @@ def _instance_fenced(err: KafkaError) -> bool:
     return err.code() == KafkaError.FENCED_INSTANCE_ID or "fenced" in err.str().lower()
 
 
+_OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _coordinator_of(md: Any, group: str | None) -> int | None:
+    """The node coordinating ``group`` in the metadata ``md`` of ``__consumer_offsets``: the
+    leader of the group's partition (Kafka's: its id's Java hash code, made positive, modulo
+    the partitions); None when the metadata does not say (no leader now, or no Describe on it)."""
+    topic = md.topics.get(_OFFSETS_TOPIC)
+    if group is None or topic is None or topic.error is not None or not topic.partitions:
+        return None
+    part = topic.partitions.get(coordinator_partition(group, len(topic.partitions)))
+    return part.leader if part is not None and part.error is None and part.leader >= 0 else None
+
+
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The partition of ``__consumer_offsets`` (a group id) or ``__transaction_state`` (a
+    transactional id) of ``partitions`` that holds ``key``, whose leader coordinates it, as
+    Kafka computes it: the key's Java ``String.hashCode``, made positive, modulo the partitions."""
+    h = 0
+    for unit in key.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+_RECENTLY_FAILED_S = 60.0  # a node whose connection failed this recently may have held the coordinator
 _SEND_OFFSETS_BOUND_S = 15.0  # a send_offsets_to_transaction longer than this is given up (KafkaOutput)
 _SEND_OFFSETS_QUICK_S = 1.0  # ... and one longer than this asks whether a node left the cluster ...
 _SEND_OFFSETS_ASK_S = 0.5  # ... every half second

@@ -51,6 +51,7 @@ def member_output(pipeline: Pipeline, cfg: Config, settings: dict[str, str], tra
     writes would refuse, and naming a topic deleted while it runs."""
     output = KafkaOutput({**settings, **cfg.kafka.producer, "transaction.timeout.ms": cfg.kafka.transaction_timeout_ms},
                          transactional_id)
+    output.group = pipeline.name  # the member's group (member_consumer): send_offsets watches its coordinator
     output.limit_timestamps({topic: (limits.before_ms, limits.after_ms) for topic, limits
                              in output_limits(pipeline, settings, max_bytes).items()})
     output.on_missing = lambda names: topics_missing(pipeline, names, partitions, settings["bootstrap.servers"],

@@ -23,6 +23,7 @@ from confluent_kafka.admin import ConfigResource
 
 from framework.broker.cluster import LocalCluster
 from framework.kafka.admin import InternalTopics, TopicSpec, admin_client, ensure_topics
+from framework.kafka.clients import coordinator_partition
 from framework.runtime.topics import ensure_service_topics
 from tests.integration.harness import (
     ROOT,
@@ -56,13 +57,6 @@ def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
         cluster.wipe()
 
 
-def _java_hash(text: str) -> int:
-    h = 0
-    for unit in text.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
 def _leader(bootstrap: str, topic: str, partition: int) -> int:
     md = admin_client({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     return int(md.topics[topic].partitions[partition].leader)
@@ -71,8 +65,7 @@ def _leader(bootstrap: str, topic: str, partition: int) -> int:
 def _coordinator(bootstrap: str, internal: str, key: str) -> int:
     """The node coordinating ``key`` (a group or a transactional id): the leader of its
     partition of the internal topic, as Kafka picks it (abs(String.hashCode) % partitions)."""
-    h = _java_hash(key)
-    return _leader(bootstrap, internal, (0 if h == -(1 << 31) else abs(h)) % INTERNAL_PARTITIONS)
+    return _leader(bootstrap, internal, coordinator_partition(key, INTERNAL_PARTITIONS))
 
 
 class Members:

@@ -1,0 +1,132 @@
+"""The watch over a stuck send_offsets_to_transaction (``KafkaOutput._moved``): the call is
+given up when a node the producer has seen (in the metadata or in its connection errors)
+leaves the cluster's metadata, when the group's coordinator is another node than when last
+seen, or when a connection to another node than the coordinator failed within the minute;
+not otherwise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from framework.kafka.clients import KafkaOutput, coordinator_partition
+
+
+def test_a_groups_partition_is_the_one_kafka_picks() -> None:
+    # "abc".hashCode() is 96354 in Java; a broker's log named partition 4 of 10 for this group
+    assert coordinator_partition("abc", 50) == 96354 % 50
+    assert coordinator_partition("eo-soakc5986", 10) == 4
+    # the hash code Integer.MIN_VALUE has no positive counterpart: Kafka's Utils.abs makes it 0
+    assert coordinator_partition("polygenelubricants", 50) == 0
+    assert coordinator_partition("polygenelubricants", 49) == 0
+    assert all(0 <= coordinator_partition(f"group-{i}", 7) < 7 for i in range(200))
+
+
+@dataclass
+class _Partition:
+    leader: int
+    error: Any = None
+
+
+@dataclass
+class _Topic:
+    partitions: dict[int, _Partition]
+    error: Any = None
+
+
+@dataclass
+class _Metadata:
+    brokers: dict[int, object]
+    topics: dict[str, _Topic] = field(default_factory=dict)
+
+
+class _Producer:
+    """Answers list_topics with the metadata the test sets."""
+
+    def __init__(self) -> None:
+        self.md: _Metadata | None = None
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> _Metadata:
+        assert self.md is not None
+        return self.md
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def _metadata(nodes: list[int], leaders: list[int]) -> _Metadata:
+    return _Metadata({n: object() for n in nodes},
+                     {"__consumer_offsets": _Topic({i: _Partition(leader) for i, leader in enumerate(leaders)})})
+
+
+@pytest.fixture
+def output() -> KafkaOutput:
+    out = KafkaOutput({"bootstrap.servers": "127.0.0.1:1"}, None)
+    out._p = _Producer()  # type: ignore[assignment]
+    out.group = "abc"  # partition 96354 % 4 == 2 of four
+    return out
+
+
+def _answers(out: KafkaOutput, md: _Metadata) -> str | None:
+    out._p.md = md  # type: ignore[attr-defined]
+    return out._moved()
+
+
+def test_nothing_moved_while_the_nodes_and_the_coordinator_stay(output: KafkaOutput) -> None:
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 3, 1])) is None
+    assert _answers(output, _metadata([1, 2, 3], [2, 2, 3, 3])) is None  # other partitions' leaders move
+
+
+def test_a_node_that_left_the_metadata_is_named(output: KafkaOutput) -> None:
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 3, 1])) is None
+    assert _answers(output, _metadata([1, 2], [1, 2, 1, 1])) == (
+        "node 3 left the cluster's metadata (stopped, and fenced by the cluster): its group coordinator moved")
+
+
+def test_a_coordinator_that_moved_while_its_node_came_back_is_named(output: KafkaOutput) -> None:
+    """The node died and came back before the call was watched: every node is listed, but
+    the group's partition has another leader."""
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 3, 1])) is None
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 1, 1])) == \
+        "the group's coordinator moved from node 3 to node 1"
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 1, 1])) is None  # seen now: no longer news
+
+
+def test_a_partition_without_a_leader_or_a_topic_not_described_says_nothing(output: KafkaOutput) -> None:
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 3, 1])) is None
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, -1, 1])) is None  # an election under way
+    assert _answers(output, _Metadata({1: object(), 2: object(), 3: object()},
+                                      {"__consumer_offsets": _Topic({}, error="TOPIC_AUTHORIZATION_FAILED")})) is None
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 3, 1])) is None  # the same coordinator as before
+
+
+def _refused(out: KafkaOutput, node: int) -> None:
+    out.connectivity.on_error(KafkaError(KafkaError._TRANSPORT, f"127.0.0.1:2960{node}/{node}: Connect to "
+                                         f"ipv4#127.0.0.1:2960{node} failed: Connection refused (after 0ms in state CONNECT)"))
+
+
+def test_a_node_named_in_a_connection_error_then_fenced_is_named(output: KafkaOutput) -> None:
+    """The producer began after the node had left (its seen nodes lack it), and its
+    connections to it failed since: the node is named once the metadata no longer lists it."""
+    assert _answers(output, _metadata([1, 2], [1, 2, 1, 1])) is None
+    output.connectivity.on_error(KafkaError(KafkaError._TRANSPORT, "TxnCoordinator: 127.0.0.1:29606: Disconnected"))
+    _refused(output, 3)
+    assert output.connectivity.node_failed.keys() == {3}  # a coordinator's handle names no node
+    assert _answers(output, _metadata([1, 2], [1, 2, 1, 1])) == (
+        "node 3 left the cluster's metadata (stopped, and fenced by the cluster): its group coordinator moved")
+
+
+def test_a_node_that_failed_and_is_back_while_the_coordinator_is_elsewhere_is_named(output: KafkaOutput) -> None:
+    """The coordinator moved from a node and the node came back, all unseen: the coordinator
+    is the one last seen, but a connection to another node failed within the minute."""
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 1, 1])) is None
+    _refused(output, 3)
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 1, 1])) == (
+        "node 3 failed 0 s ago and the group's coordinator is node 1 now: it may have moved from there")
+    output.connectivity.node_failed[3] -= 61  # a minute ago: no longer a reason
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 1, 1])) is None
+    _refused(output, 1)  # the coordinator's own node failing says nothing of a move
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 1, 1])) is None
