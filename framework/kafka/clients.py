@@ -129,6 +129,19 @@ def each_answered(found: list[TopicPartition]) -> list[TopicPartition]:
     return found
 
 
+def hidden(exc: BaseException) -> BaseException:
+    """``exc``, or the error it hides: a client call made while an exception a callback raised
+    is still set (an ``on_revoke`` that failed, a logger) raises ``SystemError`` ("... returned a
+    result with an exception set"), chained to that exception (confluent-kafka issues 729 and
+    865); it is judged as that one."""
+    while isinstance(exc, SystemError):
+        inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            break
+        exc = inner
+    return exc
+
+
 def classify(exc: BaseException) -> Verdict:
     """What to do about a transactional-API error, as confluent-kafka documents it, with one
     more verdict: ``reset`` for a producer that cannot go on but a new one can (a call that
@@ -136,6 +149,7 @@ def classify(exc: BaseException) -> Verdict:
     outcome is then settled by the next producer's ``init_transactions``, and the member goes
     on from its last checkpoint. ``fatal`` is kept for what no retry heals: fenced by another
     process, or refused by the cluster's ACLs."""
+    exc = hidden(exc)
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
     if err is None:
         return "reset"  # not the client's verdict (a flush that did not finish in time)
@@ -159,7 +173,7 @@ _PERMANENT = (  # no new producer or retry can heal these: another process, or t
 
 def client_error(exc: BaseException) -> bool:
     """Whether ``exc`` is a Kafka client's failure (raw, or the framework's wrapping of one)."""
-    return isinstance(exc, (KafkaException, KafkaClientError))
+    return isinstance(hidden(exc), (KafkaException, KafkaClientError))
 
 
 def epoch_fenced(exc: BaseException) -> bool:
@@ -167,6 +181,7 @@ def epoch_fenced(exc: BaseException) -> bool:
     coordinator's (``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``, which librdkafka reports
     as ``_FENCED``). A newer producer with the same transactional id does that, and so does a
     coordinator that moved (a broker restarted) and settled the open transaction without it."""
+    exc = hidden(exc)
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
     return err is not None and (err.code() in _EPOCH_FENCES or _fenced(err))
 
@@ -777,8 +792,12 @@ class GroupConsumer:
         """Up to ``n`` records (and error events); a fatal error of the consumer is raised
         (``FatalKafkaError`` naming the cause): a consumer in that state never recovers. A
         static member fenced by its own rejoin is the exception: a new consumer joins in its
-        place (``_fenced_by_itself``), and nothing is returned this time."""
-        msgs = self._c.consume(n, timeout_s)
+        place (``_fenced_by_itself``), and nothing is returned this time. What one of the
+        rebalance callbacks raised is raised as itself (``hidden``)."""
+        try:
+            msgs = self._c.consume(n, timeout_s)
+        except SystemError as exc:
+            raise hidden(exc) from None
         if self.connectivity.fatal is not None:
             if self._rejoined(self.connectivity.fatal):
                 return []

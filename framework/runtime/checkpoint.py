@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from framework.engine.runner import TaskRunner
-from framework.errors import FatalKafkaError, FencedError, RuntimeProblem
-from framework.kafka.clients import TP, ProducerFailed, classify, epoch_fenced
+from framework.errors import FatalKafkaError, FencedError, FrameworkError, RuntimeProblem
+from framework.kafka.clients import TP, ProducerFailed, classify, epoch_fenced, hidden
 from framework.runtime.faults import crash_point
 
 log = logging.getLogger("framework.checkpoint")
@@ -173,6 +173,8 @@ class Checkpointer:
             except RuntimeProblem:
                 raise  # what the cluster lacks (a topic it writes to is gone): no retry or producer helps
             except Exception as exc:  # classified right here
+                if isinstance(hidden(exc), FrameworkError):
+                    raise hidden(exc) from None  # a callback's own error (a fence's line), surfacing here
                 verdict = classify(exc)
                 if verdict == "fatal":
                     raise _Broken(self._fenced_why(exc)) from exc
@@ -195,7 +197,8 @@ class Checkpointer:
         the one line when no new producer can (``_fatal``)."""
         if not self._fence(exc):
             raise self._fatal(exc) from exc
-        return f"the producer was fenced ({exc}), as a transaction coordinator that moved (a broker restarting) does"
+        return (f"the producer was fenced ({hidden(exc)}), as a transaction coordinator that moved (a broker "
+                "restarting) does")
 
     def _fence(self, exc: Exception) -> bool:
         """Whether a fence ``exc`` is taken as a broken interval (a new producer goes on from
@@ -207,7 +210,8 @@ class Checkpointer:
         return len(self._fences) < _FENCE_LIMIT  # the recovery says it, in one WARNING
 
     def _fatal(self, exc: Exception) -> FatalKafkaError:
-        text = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        inner = hidden(exc)
+        text = inner.args[0].str() if inner.args and hasattr(inner.args[0], "str") else str(inner)
         if epoch_fenced(exc) or "fenced" in text.lower():
             times = f", {len(self._fences)} times within {_FENCE_WINDOW_S:.0f} s" if self._fences else ""
             return FencedError(

@@ -95,3 +95,48 @@ def test_a_record_refused_by_a_fenced_producer_is_counted_as_a_fence_of_the_chec
     cp.on_broken = lambda why, said=False: broken.append(why)
     cp.producer_failed(other)  # a new producer settles what is not a fence
     assert broken[-1].startswith("the producer failed: ") and "idempotence broken" in broken[-1], broken
+
+
+def _hiding(inner: BaseException) -> SystemError:
+    """What confluent-kafka raises for a call made while a callback's exception is still set."""
+    try:
+        try:
+            raise inner
+        except BaseException as exc:
+            raise SystemError("<built-in method send_offsets_to_transaction of cimpl.Producer object at 0x7f> "
+                              "returned a result with an exception set") from exc
+    except SystemError as outer:
+        return outer
+
+
+class HidingOutput(FencedOutput):
+    """A producer whose ``send_offsets`` raises the SystemError hiding ``inner``."""
+
+    def __init__(self, inner: BaseException) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def send_offsets(self, positions: Mapping[Any, int], group_metadata: Any, timeout_s: float) -> None:
+        raise _hiding(self.inner)
+
+
+def test_a_fence_hidden_in_a_system_error_counts_as_a_fence() -> None:
+    """Two processes started at once with one --instance-id fenced each other for minutes when
+    the fence reached the checkpoint as ``... returned a result with an exception set``: a
+    new producer each time, and never the third fence that ends the member."""
+    fence = KafkaException(KafkaError(KafkaError._FATAL, "Producer fenced by newer instance: epoch 7", fatal=True))
+    assert C.classify(_hiding(fence)) == "fatal" and C.epoch_fenced(_hiding(fence))
+    cp = _checkpointer(HidingOutput(fence))
+    for _ in range(2):
+        with pytest.raises(C._Broken, match="the producer was fenced .*newer instance"):
+            cp.commit({("in", 0): 5})
+    with pytest.raises(FencedError, match="fenced by newer instance.*3 times within 300 s"):
+        cp.commit({("in", 0): 5})
+
+
+def test_the_frameworks_own_error_hidden_in_a_system_error_is_raised_as_itself() -> None:
+    cp = _checkpointer(HidingOutput(FencedError("the member's rejoin was fenced: another process has its id")))
+    with pytest.raises(FencedError, match="another process has its id"):
+        cp.commit({("in", 0): 5})
+    plain = SystemError("returned a result with an exception set")  # hiding nothing: a new producer settles it
+    assert C.classify(plain) == "reset"
