@@ -56,7 +56,7 @@ from framework.replay.order import (
     upstream,
 )
 from framework.replay.plan import ReplayPlan, definition_of, summary
-from framework.replay.stage import Carry, Row, StageTask
+from framework.replay.stage import Carry, Row, StageTask, quiet_tasks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -290,11 +290,12 @@ def stage_function(plan_json: str, stage: int, progress: tuple[str, int] | None 
         chunks = (_read_ranges(_range_rows(batches), plan, report) if stage == 0 and plan.reads_in_tasks
                   else _chunks(batches, report))
         rows: list[Row] = []
-        for row in _run_tasks(plan, pipeline, stage, chunks):
-            rows.append(row)
-            if len(rows) >= _OUT_BATCH:
-                yield _batch(rows, schema)
-                rows = []
+        with quiet_tasks(dry):
+            for row in _run_tasks(plan, pipeline, stage, chunks):
+                rows.append(row)
+                if len(rows) >= _OUT_BATCH:
+                    yield _batch(rows, schema)
+                    rows = []
         if rows:
             yield _batch(rows, schema)
 

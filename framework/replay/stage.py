@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -376,8 +378,9 @@ def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, i
             task = StageTask(pipeline, plan, stage, pid, writer_for(stage, pid) if writer_for and not check_only
                              else None, keep_outputs and not check_only, global_reader=read_global)
             try:
-                for row in task.run(chunked(inputs[pid])):
-                    (nexts if row.kind in ("next", "clock") else everything[row.kind]).append(row)
+                with quiet_tasks(check_only):
+                    for row in task.run(chunked(inputs[pid])):
+                        (nexts if row.kind in ("next", "clock") else everything[row.kind]).append(row)
             finally:
                 task.close()
         check_arrivals(checks, stage + 1, ((r.pid, r.key, r.topic or "", r.k2) for r in nexts if r.kind == "next"),
@@ -388,6 +391,20 @@ def run_locally(pipeline: Pipeline, plan: ReplayPlan, sources: dict[tuple[str, i
             mine.append(Carry(row.value or b"") if row.kind == "clock" else
                         Record(row.topic or "", row.pid, len(mine), row.key, row.value, row.ts, row.headers))
     return everything
+
+
+@contextmanager
+def quiet_tasks(on: bool = True) -> Iterator[None]:
+    """The tasks' own lines (a dead letter's) unsaid while ``on``: a pass that only checks the
+    order (``check_only``, a dry Spark stage) runs records through the steps the replay proper
+    runs them through again, and that says them, once."""
+    task_log = logging.getLogger("framework.task")
+    was = task_log.disabled
+    task_log.disabled = was or on
+    try:
+        yield
+    finally:
+        task_log.disabled = was
 
 
 def merge_sources(by_topic: dict[str, list[Record]]) -> list[Record]:

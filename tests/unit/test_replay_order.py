@@ -140,3 +140,18 @@ def test_the_check_alone_runs_the_stages_before_the_checked_step_and_writes_noth
     checked = run_locally(p, plan, sources, writer_for=writer_for, check_only=True)
     assert writers == [] and checked["out"] == []
     assert len(checked["stats"]) == 2 < len(run_locally(p, plan, sources)["stats"])  # stage 0's two tasks alone
+
+
+def test_the_check_alone_says_no_dead_letter_the_replay_proper_says_it_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A poison record goes through the check's pass and the replay's: its ``dead letter:``
+    line comes from the replay's alone."""
+    p, plan, sources = _numbers([("a", 2, 0), ("b", 4, 0), ("c", 3, 1)], partitions=2)
+    bad = sources[("numbers-o", 0)][1]
+    sources[("numbers-o", 0)][1] = Record(bad.topic(), bad.partition(), bad.offset(), bad.key(), b"not a number",
+                                          bad.timestamp()[1], bad.headers())
+    with caplog.at_level("ERROR", logger="framework.task"):
+        run_locally(p, plan, sources, check_only=True)
+        assert [r for r in caplog.records if r.getMessage().startswith("dead letter:")] == []
+        run_locally(p, plan, sources, writer_for=lambda stage, pid: None)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("dead letter:")]
+    assert len(lines) == 1 and "numbers-o[0]@1" in lines[0], lines
