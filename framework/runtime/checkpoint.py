@@ -13,7 +13,9 @@ A transactional error is classified as confluent-kafka documents it: retriable �
 call; requires abort → abort, drop the caches, rewind the inputs to the committed offsets;
 fatal → stop with the error. A producer fenced is not fatal at first: a coordinator that moved
 (a broker restarted) fences it as a newer producer would, so it is a broken interval (below),
-and only the third fence within ``_FENCE_WINDOW_S`` stops the member as fenced. A call whose
+and only the third fence within ``_FENCE_WINDOW_S`` stops the member as fenced, unless the
+group says this process holds the member's instance id (``holds_instance``): of two processes
+started with one id, the one the group registered last goes on, the other stops. A call whose
 outcome is unknown (it timed out: the cluster may be away) or a producer librdkafka gave up on
 is neither: the interval is *broken*, nothing more of it commits, and ``on_broken`` hands the
 member to its recovery (``framework.runtime.outage``), which settles the interval with a new
@@ -93,6 +95,9 @@ class Checkpointer:
         self.on_checkpoint: Callable[[float], None] = lambda duration_s: None
         self.on_broken: Callable[..., None] = lambda why, said=False: None  # (why, said=...)
         self._fences: list[float] = []  # when the producer was fenced (``_fence``)
+        # whether the group's member with this member's static instance id is this process (None:
+        # it cannot tell), asked at a third fence (``_fence``)
+        self.holds_instance: Callable[[], bool | None] = lambda: None
 
     def start(self) -> None:
         if self.exactly_once:
@@ -207,7 +212,15 @@ class Checkpointer:
             return False
         now = time.monotonic()
         self._fences = [t for t in self._fences if now - t < _FENCE_WINDOW_S] + [now]
-        return len(self._fences) < _FENCE_LIMIT  # the recovery says it, in one WARNING
+        if len(self._fences) < _FENCE_LIMIT:
+            return True  # the recovery says it, in one WARNING
+        if self.holds_instance() is True:
+            log.warning("the producer was fenced %d times within %.0f s, but the group's member with this "
+                        "member's instance id is this process: another process with that id (which the group "
+                        "fenced) or moving coordinators fenced it; going on", len(self._fences), _FENCE_WINDOW_S)
+            self._fences = [now]
+            return True
+        return False
 
     def _fatal(self, exc: Exception) -> FatalKafkaError:
         inner = hidden(exc)

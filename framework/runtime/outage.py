@@ -138,9 +138,11 @@ class RecoveryRound:
     """The recovery's takeover of the member's round (``framework.runtime.round``): while the
     member recovers from a broken checkpoint or waits for its cluster, the round is the
     recovery's. The consumer is still polled (it keeps the membership and serves rebalances);
-    what it returns is dropped, as the recovery's reset rewinds every input to its committed
-    offset. A client that lost every broker connection starts a recovery once the cluster
-    does not answer either."""
+    the records it returns are dropped, as the recovery's reset rewinds every input to its
+    committed offset, and the errors it returns are judged as the member's round judges them
+    (a consumer fenced by another process with its instance id ends the member: its reset
+    could never succeed, as the partitions it seeks are no longer its own). A client that lost
+    every broker connection starts a recovery once the cluster does not answer either."""
 
     def __init__(self, recovery: Recovery, checkpointer: Any, output: Any, consumer: Any, batch: int, *,
                  heartbeat: Callable[[float], None], publish: Callable[[], None]) -> None:
@@ -165,7 +167,9 @@ class RecoveryRound:
         if now >= self._next_publish:  # /ready and /status say that the member recovers
             self._next_publish = now + 1.0
             self.publish()
-        self.consumer.consume(self.batch, 0.1)
+        for msg in self.consumer.consume(self.batch, 0.1):
+            if msg.error() is not None:  # a fatal one ends the member here, as in its own round
+                self.consumer.check_error(msg.error())
         if rec.step():
             self.publish()
         return True

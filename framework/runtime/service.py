@@ -26,13 +26,14 @@ from framework.engine.runner import TaskRunner
 from framework.errors import (
     AccessProblem,
     FatalKafkaError,
+    KafkaClientError,
     SlowRecord,
 )
 from framework.kafka.acl import denied, missing_grants
 from framework.kafka.admin import admin_client, topic_ids, topic_partitions
 from framework.kafka.clients import TP, ChangelogReader, GlobalReader, ProducerFailed
 from framework.kafka.connect import ClusterProbe, wait_for_cluster
-from framework.kafka.groups import stable_assignment
+from framework.kafka.groups import stable_assignment, static_member
 from framework.observe.observer import Observer
 from framework.observe.server import StatusServer
 from framework.pipeline.definition import Pipeline
@@ -195,6 +196,7 @@ class Service:
                                  timeout_s=cfg.processing.broker_outage_timeout_ms / 1000,
                                  where=settings["bootstrap.servers"])
         self.checkpointer.on_broken = self.recovery.begin
+        self.checkpointer.holds_instance = self._holds_instance
         self.assignment = Assignment(self.instance_id, self.runner, self.restorer, self.consumer, self.checkpointer,
                                      self.holds, self.standby, recovering=lambda: self.recovery.active,
                                      publish=self._publish, timeout_s=cfg.processing.revoke_timeout_ms / 1000)
@@ -368,6 +370,18 @@ class Service:
         """The group's committed offsets of input partitions ``tps``, in one request: where a
         table read from its own topic is restored to."""
         return self.consumer.committed(tps, self.config.processing.revoke_timeout_ms / 1000)
+
+    def _holds_instance(self) -> bool | None:
+        """Whether the group's member with this member's static instance id is this process (its
+        consumer's client id); None when it cannot tell (no static id, no endpoint to tell
+        processes apart, or the group not described now)."""
+        if self.static_id is None or self.client_id is None:
+            return None
+        try:
+            holder = static_member(self.admin, self.pipeline.name, self.static_id)
+        except KafkaClientError:
+            return None
+        return holder is not None and holder[0] == self.client_id
 
     def _publish(self) -> None:
         if self.observer is not None:

@@ -26,6 +26,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import ConfigResource
 
 from framework.broker.local import LocalBroker
 from framework.kafka.admin import admin_client
@@ -220,6 +221,22 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{on_timeout()}")
         time.sleep(0.5)
+
+
+def replication(bootstrap: str, topic: str) -> tuple[set[int], str]:
+    """The replica counts of ``topic``'s partitions, and its effective min.insync.replicas,
+    once the metadata lists the topic's partitions (a node other than the controller learns
+    of a topic just created a moment later)."""
+    admin = admin_client({"bootstrap.servers": bootstrap})
+    listed: dict[int, Any] = {}
+
+    def partitions_listed() -> bool:
+        listed.update(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+        return bool(listed)
+
+    wait_until(partitions_listed, 30, f"the metadata's partitions of {topic}")
+    [configs] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+    return {len(p.replicas) for p in listed.values()}, configs.result(10)["min.insync.replicas"].value
 
 
 def kill_at_random_after(svc: ServiceProcess, progressed: Callable[[], bool], rng: Any, what: str,

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import ConfigResource
 
 from framework.broker.cluster import LocalCluster
 from framework.kafka.admin import InternalTopics, TopicSpec, admin_client, ensure_topics
@@ -36,6 +35,7 @@ from tests.integration.harness import (
     get_json,
     produce,
     read_topic,
+    replication,
     service_env,
     wait_until,
 )
@@ -259,14 +259,6 @@ def test_a_member_restores_from_changelogs_whose_leader_is_sigkilled_as_it_start
     m.finish(starts=(2, 1))
 
 
-def _replication(bootstrap: str, topic: str) -> tuple[set[int], str]:
-    """The replica counts of ``topic``'s partitions, and its effective min.insync.replicas."""
-    admin = admin_client({"bootstrap.servers": bootstrap})
-    md = admin.list_topics(topic, timeout=10).topics[topic]
-    [configs] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
-    return {len(p.replicas) for p in md.partitions.values()}, configs.result(10)["min.insync.replicas"].value
-
-
 def test_a_services_own_topics_take_the_cluster_defaults_or_the_internal_settings(
         three_nodes: LocalCluster, unique: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The service's repartition topic, changelogs and dead letters at the cluster's RF 3 / min
@@ -284,8 +276,8 @@ def test_a_services_own_topics_take_the_cluster_defaults_or_the_internal_setting
                *(pipeline.changelog_topic(s) for s in pipeline.changelogged_stores()), pipeline.dead_letter.name]
         users = [f"numbers-{suffix}", f"sums-{suffix}", f"counts-{suffix}", f"seen-{suffix}"]
         assert len(own) == 4
-        assert {t: _replication(bootstrap, t) for t in own} == dict.fromkeys(own, expected)
-        assert {t: _replication(bootstrap, t) for t in users} == dict.fromkeys(users, ({3}, "2"))
+        assert {t: replication(bootstrap, t) for t in own} == dict.fromkeys(own, expected)
+        assert {t: replication(bootstrap, t) for t in users} == dict.fromkeys(users, ({3}, "2"))
 
         # fw doctor SERVICE reports the same, and warns about the ones a write reaches one node of
         checks = {c["name"]: c for c in json.loads(fw_doctor(bootstrap, TARGET, "--json", "--skip-clock").stdout)}

@@ -8,20 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from click.testing import CliRunner
-from confluent_kafka.admin import ConfigResource
 
 from framework.cli import cli
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
-from tests.integration.harness import wait_until
+from tests.integration.harness import replication, wait_until
 from tests.ports import worker_ports
-
-
-def _replication(bootstrap: str, topic: str) -> tuple[set[int], str]:
-    """The replica counts of ``topic``'s partitions, and its effective min.insync.replicas."""
-    admin = admin_client({"bootstrap.servers": bootstrap})
-    md = admin.list_topics(topic, timeout=10).topics[topic]
-    [configs] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
-    return {len(p.replicas) for p in md.partitions.values()}, configs.result(10)["min.insync.replicas"].value
 
 
 def test_fw_broker_runs_a_local_cluster_and_one_node_of_it(tmp_path: Path) -> None:
@@ -36,7 +27,7 @@ def test_fw_broker_runs_a_local_cluster_and_one_node_of_it(tmp_path: Path) -> No
         bootstrap = started.output.strip()
         assert bootstrap == f"127.0.0.1:{port},127.0.0.1:{port + 2},127.0.0.1:{port + 4}"
         ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec("defaults", 3)])
-        assert _replication(bootstrap, "defaults") == ({3}, "2")
+        assert replication(bootstrap, "defaults") == ({3}, "2")
         stopped = run.invoke(cli, ["broker", "stop", "--node", "2"], env=env)
         assert (stopped.exit_code, stopped.output.strip()) == (0, "stopped")
         status = run.invoke(cli, ["broker", "status"], env=env)

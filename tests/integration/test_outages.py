@@ -201,3 +201,38 @@ def test_two_members_with_one_instance_id_leave_one_running_and_a_one_line_error
     assert winner.stop() == 0
     check_exactly_once(out, N, KEYS)
     out.close()
+
+
+@pytest.mark.chaos
+def test_two_processes_started_at_once_with_one_instance_id_leave_one_running(
+        kafka_bootstrap: str, unique: str, tmp_path: Path, services: list[ServiceProcess]) -> None:
+    """Two processes given one --instance-id at the same moment (each its own state directory)
+    both join before either can find the other healthy, and fence each other's producer and
+    static membership in turn. Within a minute one of them exits, non-zero, with one error
+    line naming --instance-id; the other does the work, every input's effects committed once."""
+    ensure_topics(admin_client({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(f"numbers-{unique}", 4)])
+    env = _env(kafka_bootstrap, unique)
+    out = EvenOddOutputs(kafka_bootstrap, unique, N)
+    _feed(kafka_bootstrap, unique, 1, N // 2)
+    both = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        both.append(ServiceProcess(TARGET, tmp_path / name, "0", env))
+    for svc in both:
+        services.append(svc.start())
+    wait_until(lambda: not all(svc.alive for svc in both), 120, "one of the two exits",
+               lambda: "\n".join(svc.log_text()[-3000:] for svc in both))
+    [loser] = [svc for svc in both if not svc.alive]
+    [winner] = [svc for svc in both if svc is not loser]
+    assert loser.wait_exit(5) == 1
+    errors = _error_lines(loser)
+    assert len(errors) == 1 and "--instance-id" in errors[0], loser.log_text()[-3000:]
+    print(f"the process that exited said: {errors[0]}")
+    _feed(kafka_bootstrap, unique, N // 2, N + 1)
+    wait_until(out.complete, 180, "all outputs from the member left",
+               lambda: f"{out.drain()}\n{winner.log_text()[-3000:]}")
+    assert winner.alive and not _error_lines(winner), winner.log_text()[-3000:]
+    assert winner.stop() == 0
+    check_exactly_once(out, N, KEYS)
+    out.close()
+    check_final_state(kafka_bootstrap, unique, N, KEYS)

@@ -140,3 +140,41 @@ def test_the_frameworks_own_error_hidden_in_a_system_error_is_raised_as_itself()
         cp.commit({("in", 0): 5})
     plain = SystemError("returned a result with an exception set")  # hiding nothing: a new producer settles it
     assert C.classify(plain) == "reset"
+
+
+@pytest.mark.parametrize("holds", [False, None], ids=["another-process-holds-it", "cannot-tell"])
+def test_the_third_fence_ends_the_member_unless_the_group_says_it_holds_its_instance_id(holds: bool | None) -> None:
+    asked: list[int] = []
+
+    def holds_instance() -> bool | None:
+        asked.append(1)
+        return holds
+
+    cp = _checkpointer(FencedOutput())
+    cp.holds_instance = holds_instance
+    for _ in range(2):
+        with pytest.raises(C._Broken):
+            cp.commit({("in", 0): 5})
+    assert asked == []  # asked at the third fence only
+    with pytest.raises(FencedError, match="3 times within 300 s"):
+        cp.commit({("in", 0): 5})
+    assert asked == [1]
+
+
+def test_a_member_the_group_registered_under_its_instance_id_goes_on_after_the_third_fence(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Two processes started at once with one --instance-id fence each other's producer in
+    turn: the one the group registered last keeps its membership, and goes on; its count
+    starts again from this fence."""
+    cp = _checkpointer(FencedOutput())
+    cp.holds_instance = lambda: True
+    for _ in range(5):
+        with pytest.raises(C._Broken, match="the producer was fenced"):
+            cp.commit({("in", 0): 5})
+    warned = [r.getMessage() for r in caplog.records if "instance id is this process" in r.getMessage()]
+    assert len(warned) == 2, warned  # the third and the fifth: 1, 2, 3 (again 1), 2, 3
+    cp.holds_instance = lambda: False
+    with pytest.raises(C._Broken):
+        cp.commit({("in", 0): 5})
+    with pytest.raises(FencedError):
+        cp.commit({("in", 0): 5})

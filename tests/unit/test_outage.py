@@ -210,3 +210,47 @@ def test_health_is_503_while_the_member_idles_with_lag_nobody_holds() -> None:
     service.idle_with_lag = "this member holds no partition of group 'svc', and 7 records wait"
     ok, body = obs.health()
     assert not ok and body["status"] == "idle with lag" and "7 records wait" in body["why"]
+
+
+class _Msg:
+    def __init__(self, err: KafkaError | None) -> None:
+        self._err = err
+
+    def error(self) -> KafkaError | None:
+        return self._err
+
+
+class _FencedConsumer:
+    """A consumer another process's join fenced: its fatal error comes back from consume."""
+
+    def __init__(self) -> None:
+        self.connectivity = Connectivity()
+        self.judged: list[KafkaError] = []
+
+    def consume(self, n: int, timeout_s: float) -> list[_Msg]:
+        return [_Msg(None), _Msg(KafkaError(KafkaError._FATAL, "Fatal error: Broker: Static consumer fenced by "
+                                                               "other consumer with same group.instance.id"))]
+
+    def check_error(self, err: KafkaError) -> None:
+        self.judged.append(err)
+        raise FatalKafkaError(f"fenced: {err.str()}")
+
+
+class _Output:
+    connectivity = Connectivity()
+
+
+def test_a_fatal_error_the_consumer_returns_during_a_recovery_ends_the_member() -> None:
+    """A member recovering from a fenced checkpoint while another process took its static
+    membership: the consumer's fatal error used to be dropped with the records, and the
+    recovery's reset, whose seeks then fail (the partitions are no longer the member's), was
+    asked again for ever."""
+    resets: list[int] = []
+    rec = Recovery(lambda timeout_s: None, lambda: resets.append(1), timeout_s=60.0, where="k:9092")
+    rec.begin("the producer was fenced")
+    consumer = _FencedConsumer()
+    rnd = outage.RecoveryRound(rec, None, _Output(), consumer, 100, heartbeat=lambda now: None,
+                               publish=lambda: None)
+    with pytest.raises(FatalKafkaError, match="Static consumer fenced"):
+        rnd.take(0.0)
+    assert len(consumer.judged) == 1 and resets == []
