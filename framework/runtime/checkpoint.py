@@ -178,8 +178,9 @@ class Checkpointer:
             except RuntimeProblem:
                 raise  # what the cluster lacks (a topic it writes to is gone): no retry or producer helps
             except Exception as exc:  # classified right here
-                if isinstance(hidden(exc), FrameworkError):
-                    raise hidden(exc) from None  # a callback's own error (a fence's line), surfacing here
+                inner = hidden(exc)
+                if inner is not exc and isinstance(inner, FrameworkError):
+                    raise inner from None  # a callback's own error (a fence's line), surfacing hidden here
                 verdict = classify(exc)
                 if verdict == "fatal":
                     raise _Broken(self._fenced_why(exc)) from exc

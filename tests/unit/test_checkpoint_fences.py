@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from framework.errors import FencedError
+from framework.errors import FencedError, KafkaClientError
 from framework.runtime import checkpoint as C
 
 OLD_EPOCH = ("Failed to commit offsets to transaction on broker 127.0.0.1:20250/3: s-repartition((null))[0]"
@@ -140,6 +140,23 @@ def test_the_frameworks_own_error_hidden_in_a_system_error_is_raised_as_itself()
         cp.commit({("in", 0): 5})
     plain = SystemError("returned a result with an exception set")  # hiding nothing: a new producer settles it
     assert C.classify(plain) == "reset"
+
+
+class StalledOutput(FencedOutput):
+    """A producer whose records the partitions' leaders do not acknowledge (two nodes of three
+    away): its flush gives up with the framework's own client error."""
+
+    def flush(self, timeout_s: float) -> None:
+        raise KafkaClientError(f"1896 records not delivered within {timeout_s}s: their partitions' leaders did "
+                               "not acknowledge them")
+
+
+def test_records_not_acknowledged_in_time_break_the_interval_and_do_not_end_the_member() -> None:
+    """A framework error raised by a checkpoint call itself (not hidden in a SystemError) is
+    judged as any client error: the interval breaks and the recovery waits for the cluster."""
+    cp = _checkpointer(StalledOutput())
+    with pytest.raises(C._Broken, match="not delivered within 5.0s"):
+        cp.commit({("in", 0): 5})
 
 
 @pytest.mark.parametrize("holds", [False, None], ids=["another-process-holds-it", "cannot-tell"])
