@@ -2,7 +2,6 @@ import json
 import subprocess
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -12,11 +11,19 @@ from framework.replay.submit import environment, spark_home
 from tests.integration.harness import ServiceProcess, wait_until
 from tests.ports import worker_port, worker_port_pair
 
+# The modules of the longest tests, in that order, go first: the suite's workers
+# (``--dist worksteal``) take tests from the front of their queues and steal from the back
+# of the others', so a long module that came last would hold one worker while the others
+# had nothing left to do (the three-node cluster's module alone takes about ten minutes).
+LONG_FIRST = ("test_cluster_faults.py", "test_compose_stack.py", "test_slow_steps.py", "test_kube_play.py")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: the rest keep their order
 
 
 @pytest.fixture
@@ -61,10 +68,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
         own.wipe()
 
 
-@pytest.fixture
-def spark_cluster(tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Spark standalone cluster from the installed pyspark: a master and two workers (one
-    core each) on loopback; yields its master URL once both workers have registered."""
+    core each) on loopback; yields its master URL once both workers have registered. One per
+    test worker, shared by its tests: each job is an application of its own on it."""
+    tmp_path = tmp_path_factory.mktemp("spark-cluster")
     port = worker_port_pair()  # the master's port, its web UI on the next
     ui = port + 1
     home = spark_home()

@@ -48,13 +48,21 @@ INTERNAL_PARTITIONS = 10  # offsets.topic.num.partitions and transaction.state.l
 
 
 @pytest.fixture(scope="module")
-def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def cluster_of_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), worker_ports(6), nodes=3)
     cluster.start()
     try:
         yield cluster
     finally:
         cluster.wipe()
+
+
+@pytest.fixture
+def three_nodes(cluster_of_module: LocalCluster) -> Iterator[LocalCluster]:
+    """The module's cluster, every node of it running again after the test (one that failed
+    with a node down leaves the next test the whole cluster, not its own failure)."""
+    yield cluster_of_module
+    cluster_of_module.start()
 
 
 def _leader(bootstrap: str, topic: str, partition: int) -> int:
