@@ -374,8 +374,10 @@ class Service:
     def _holds_instance(self) -> bool | None:
         """Whether the group's member with this member's static instance id is this process (its
         consumer's client id); None when it cannot tell (no static id, no endpoint to tell
-        processes apart, or the group not described now)."""
-        if self.static_id is None or self.client_id is None:
+        processes apart, or the group not described now), and when a record in hand outlived
+        its transaction (``SlowRecords.overdue``): the broker's abort of it fences the producer
+        too, and that is the member's own doing, which ends it with the record's line."""
+        if self.static_id is None or self.client_id is None or self.slow.overdue is not None:
             return None
         try:
             holder = static_member(self.admin, self.pipeline.name, self.static_id)
