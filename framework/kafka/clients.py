@@ -452,7 +452,7 @@ class KafkaOutput:
                 asked = True
                 self._refuse_gone()
             if time.monotonic() >= deadline:
-                raise KafkaClientError(f"{remaining} records not delivered within {timeout_s}s: their partitions' "
+                raise KafkaClientError(f"{remaining} records not delivered within {timeout_s:.1f}s: their partitions' "
                                        "leaders did not acknowledge them (nodes away, or fewer replicas in sync "
                                        "than min.insync.replicas)")
         if self._gone:

@@ -38,6 +38,7 @@ from framework.runtime.faults import crash_point
 log = logging.getLogger("framework.checkpoint")
 PHASES = ("state", "flush", "offsets", "commit")  # the parts of a checkpoint timed (``phases_ms``)
 _RETRIES = 5
+_LEAST_S = 1.0  # the least time a checkpoint's call is given, however little of its bound is left
 _ABANDON_ABORT_S = 5.0
 # Fences that stop the member: this many within the window. One is what a broker restart
 # (a transaction coordinator or group coordinator moving) can do; another process taking the
@@ -149,16 +150,19 @@ class Checkpointer:
         committed together; the changelog offsets the state write records."""
         took = self._interval_phases = dict.fromkeys(PHASES, 0.0)
         at = time.perf_counter()
-        self._call(lambda: self.output.flush(self.timeout_s))                     # 2
+        # the calls share one bound, retries included: chained, each at its own bound, they held
+        # the loop (and a revoke) for minutes while the cluster lacked a quorum
+        deadline = time.monotonic() + self.timeout_s
+        self._call(lambda left: self.output.flush(left), deadline)                # 2
         crash_point("after_flush")
         took["flush"], at = time.perf_counter() - at, time.perf_counter()
         if self.exactly_once:
             metadata = self.consumer.group_metadata()
-            self._call(lambda: self.output.send_offsets(positions, metadata, self.timeout_s))  # 3
+            self._call(lambda left: self.output.send_offsets(positions, metadata, left), deadline)  # 3
             took["offsets"], at = time.perf_counter() - at, time.perf_counter()
-            self._call(lambda: self.output.commit(self.timeout_s))                # 4
+            self._call(lambda left: self.output.commit(left), deadline)           # 4
         else:
-            self._call(lambda: self.consumer.commit(positions))
+            self._call(lambda left: self.consumer.commit(positions), deadline)
         took["commit"] = time.perf_counter() - at
         return self.output.take_changelog_ends()
 
@@ -170,10 +174,12 @@ class Checkpointer:
         n = self.completed or 1
         return {phase: round(total * 1000 / n, 2) for phase, total in self.phase_totals_s.items()}
 
-    def _call(self, fn: Callable[[], None]) -> None:
+    def _call(self, fn: Callable[[float], None], deadline: float) -> None:
+        """``fn(seconds left)``, retried while its error is retriable and ``deadline`` is not
+        past (each attempt gets at least ``_LEAST_S``); what it raises, classified."""
         for attempt in range(_RETRIES):
             try:
-                fn()
+                fn(max(deadline - time.monotonic(), _LEAST_S))
                 return
             except RuntimeProblem:
                 raise  # what the cluster lacks (a topic it writes to is gone): no retry or producer helps
@@ -184,7 +190,8 @@ class Checkpointer:
                 verdict = classify(exc)
                 if verdict == "fatal":
                     raise _Broken(self._fenced_why(exc)) from exc
-                if verdict == "reset" or (verdict == "retry" and attempt == _RETRIES - 1):
+                if verdict == "reset" or (verdict == "retry" and (attempt == _RETRIES - 1
+                                                                 or time.monotonic() >= deadline)):
                     raise _Broken(f"{exc}") from exc  # its outcome unknown: a new producer settles it
                 if verdict == "abort":
                     raise _Abort(f"{exc}") from exc

@@ -337,6 +337,7 @@ class Service:
         settles the broken interval), every task restarted and every input rewound
         (``Assignment.restart``)."""
         self.checkpointer.renew()
+        self._heartbeat(time.monotonic())  # each part waits on the cluster within its own bound
         self.assignment.restart()
         self.output.connectivity.clear()
         self.consumer.connectivity.clear()

@@ -147,7 +147,7 @@ class StalledOutput(FencedOutput):
     away): its flush gives up with the framework's own client error."""
 
     def flush(self, timeout_s: float) -> None:
-        raise KafkaClientError(f"1896 records not delivered within {timeout_s}s: their partitions' leaders did "
+        raise KafkaClientError(f"1896 records not delivered within {timeout_s:.1f}s: their partitions' leaders did "
                                "not acknowledge them")
 
 
@@ -157,6 +157,40 @@ def test_records_not_acknowledged_in_time_break_the_interval_and_do_not_end_the_
     cp = _checkpointer(StalledOutput())
     with pytest.raises(C._Broken, match="not delivered within 5.0s"):
         cp.commit({("in", 0): 5})
+
+
+class SlowCommitOutput(FencedOutput):
+    """A producer whose flush takes most of the checkpoint's bound and whose commit then times
+    out as librdkafka's does while the transaction coordinator is away (retriable)."""
+
+    def __init__(self, clock: list[float]) -> None:
+        super().__init__()
+        self.clock, self.given = clock, []
+
+    def flush(self, timeout_s: float) -> None:
+        self.clock[0] += 3.5
+
+    def send_offsets(self, positions: Mapping[Any, int], group_metadata: Any, timeout_s: float) -> None:
+        pass
+
+    def commit(self, timeout_s: float) -> None:
+        self.given.append(timeout_s)
+        self.clock[0] += timeout_s
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Transaction commit timed out", retriable=True))
+
+
+def test_a_checkpoints_calls_and_their_retries_share_one_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two nodes of three away, each retry of a commit waited the whole bound again and
+    the member's loop stood still for more than a minute: the calls of one checkpoint share
+    its bound (each given at least a second), then the interval breaks."""
+    clock = [100.0]
+    monkeypatch.setattr(C.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(C.time, "sleep", lambda s: None)
+    out = SlowCommitOutput(clock)
+    with pytest.raises(C._Broken, match="timed out"):
+        _checkpointer(out).commit({("in", 0): 5})
+    assert out.given == [1.5]  # 5 s bound, 3.5 s of it flushing: one attempt of what was left
+    assert clock[0] - 100.0 == 5.0
 
 
 @pytest.mark.parametrize("holds", [False, None], ids=["another-process-holds-it", "cannot-tell"])
