@@ -502,9 +502,9 @@ class KafkaOutput:
         second, the cluster's metadata is asked for every half second, and the call is given up
         as soon as it says that the coordinator librdkafka waits for may be a node that died
         (``_moved``): waiting cannot help then. So is a call past ``timeout_s`` or 15 s,
-        whichever is shorter. A given-up call is left there,
-        holding this producer, and a ``TimeoutError`` (the checkpoint's outcome unknown) sends
-        the member to a new producer (``renew``)."""
+        whichever is shorter. A given-up call is left there, holding this producer, and a
+        ``TimeoutError`` (the checkpoint's outcome unknown) sends the member to a new producer
+        (``renew``)."""
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         call = _BoundedCall(self._p.send_offsets_to_transaction, offsets, group_metadata, timeout_s)
         bound = min(timeout_s, _SEND_OFFSETS_BOUND_S)

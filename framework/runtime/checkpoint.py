@@ -150,8 +150,8 @@ class Checkpointer:
         committed together; the changelog offsets the state write records."""
         took = self._interval_phases = dict.fromkeys(PHASES, 0.0)
         at = time.perf_counter()
-        # the calls share one bound, retries included: chained, each at its own bound, they held
-        # the loop (and a revoke) for minutes while the cluster lacked a quorum
+        # the calls share one bound, retries included: chained, each at its own bound, they could
+        # hold the loop (and a revoke) for minutes while the cluster lacks a quorum
         deadline = time.monotonic() + self.timeout_s
         self._call(lambda left: self.output.flush(left), deadline)                # 2
         crash_point("after_flush")
