@@ -12,7 +12,9 @@ node killed last; ``--only`` one of them) and starts it again 5-20 s later (rand
 pause in the outputs from the kill to the next fault (the longest time between two
 checkpoints a member committed: its outputs become visible when one commits) and the /health
 and /ready answers meanwhile. At the end: every output awaited, both members stopped, the
-exactly-once audit (``even_odd_anomalies``) and whether either member exited or restarted.
+exactly-once audit (``even_odd_anomalies``), whether either member exited or restarted, and
+the latency of the echo's outputs (``Latency``) in the calm before the first fault and in
+each fault's window.
 
     .venv/bin/python benchmarks/soak_cluster.py                      # 10 minutes, a SIGKILL a minute
     .venv/bin/python benchmarks/soak_cluster.py --minutes 3 --every 45
@@ -85,6 +87,31 @@ class CommitWatch(threading.Thread):
         return self.longest
 
 
+class Latency:
+    """How long after its input was written each echo output became visible to a
+    read_committed reader: the output keeps its input's timestamp (the feeder's clock at
+    produce), and its arrival is stamped when the soak's reader drains it (every half second
+    or so while faults are made, so to within about a second)."""
+
+    def __init__(self, out: EvenOddOutputs) -> None:
+        self.out, self._stamped = out, 0
+        self.samples: list[tuple[float, float]] = []  # (input's time, seconds until visible)
+
+    def stamp(self) -> None:
+        now, records = time.time(), self.out.seen.records
+        for r in records[self._stamped:]:
+            self.samples.append((r.timestamp / 1000, now - r.timestamp / 1000))
+        self._stamped = len(records)
+
+    def p99(self, start: float, end: float) -> str:
+        """The 99th percentile and the most of the outputs whose inputs were written in
+        [``start``, ``end``) (wall clock), in words."""
+        got = sorted(lat for at, lat in self.samples if start <= at < end)
+        if not got:
+            return "no outputs"
+        return f"p99 {got[min(len(got) - 1, int(len(got) * 0.99))]:.1f} s, most {got[-1]:.1f} s of {len(got):,} outputs"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="how long nodes are killed")
@@ -94,6 +121,8 @@ def main() -> int:
     ap.add_argument("--only", choices=["input leader", "transaction coordinator", "group coordinator"],
                     help="kill only the node in this role each time (the default: the three in turn)")
     ap.add_argument("--debug", action="store_true", help="the members log at DEBUG")
+    ap.add_argument("--calm", type=float, default=30.0, help="seconds of load without faults first (the latency's "
+                                                            "baseline)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
@@ -119,8 +148,15 @@ def main() -> int:
         "group coordinator": lambda: _coordinator(bootstrap, "__consumer_offsets", f"eo-{suffix}"),
     }
     rc, last, pauses = 0, 0, []
+    latency, windows = Latency(out), []  # windows: (label, wall clock start, end)
     try:
         wait_until(lambda: sum(out.drain()) > 1000, 120, "first outputs", members[0].log_text)
+        calm_from, calm_end = time.time(), time.monotonic() + args.calm
+        while time.monotonic() < calm_end:
+            out.drain(0.5)
+            latency.stamp()
+            time.sleep(0.25)
+        windows.append(("calm, no fault", calm_from, time.time()))
         end = time.monotonic() + args.minutes * 60
         turn = 0
         while time.monotonic() < end and all(m.alive for m in members):
@@ -130,7 +166,7 @@ def main() -> int:
             role, node = next(((r, now[r]) for r in names if now[r] != last), (names[0], now[names[0]]))
             led = [r for r in roles if now[r] == node]
             down_s = rng.uniform(5, 20)
-            fault_at = time.monotonic()
+            fault_at, fault_wall = time.monotonic(), time.time()
             cluster.stop(node, kill=True)
             last = node
             codes: dict[str, set[int]] = {"health": set(), "ready": set()}
@@ -145,6 +181,7 @@ def main() -> int:
                     cluster.start(node)
                     started = True
                 out.drain(0.5)
+                latency.stamp()
                 for url in urls:
                     codes["health"].add(_health(url + "/health"))
                     codes["ready"].add(_health(url + "/ready"))
@@ -153,6 +190,7 @@ def main() -> int:
             if not started:
                 cluster.start(node)
             pauses.append(longest)
+            windows.append((f"SIGKILL node {node} ({', '.join(led) or role})", fault_wall, time.time()))
             print(f"SIGKILL node {node} ({', '.join(led) or role}) for {down_s:.0f} s: longest pause in the outputs "
                   f"{longest:.1f} s; /health {sorted(codes['health'])}, /ready {sorted(codes['ready'])}", flush=True)
         feeder.halt.set()
@@ -161,7 +199,12 @@ def main() -> int:
         out.n = n
         alive = [m.alive for m in members]
         if all(alive):
-            wait_until(out.complete, 600, "every output", lambda: str(out.drain()))
+            def complete() -> bool:
+                done = out.complete()
+                latency.stamp()
+                return done
+
+            wait_until(complete, 600, "every output", lambda: str(out.drain()))
         for m in members:
             if m.alive:
                 m.stop()
@@ -171,6 +214,9 @@ def main() -> int:
               f"{max(pauses, default=0):.1f} s (median {sorted(pauses)[len(pauses) // 2] if pauses else 0:.1f} s); "
               f"members alive throughout: {all(alive)}, started once each: {[m.starts for m in members] == [1, 1]}; "
               f"{n:,} inputs; exactly-once audit {'clean' if clean else 'FAILED'}: {anomalies}", flush=True)
+        print("latency of the echo's outputs, input written to output visible:", flush=True)
+        for label, start, stop in windows:
+            print(f"  {label}: {latency.p99(start, stop)}", flush=True)
         rc = 0 if clean and all(alive) else 1
     finally:
         feeder.halt.set()

@@ -165,7 +165,7 @@ class SlowCommitOutput(FencedOutput):
 
     def __init__(self, clock: list[float]) -> None:
         super().__init__()
-        self.clock, self.given = clock, []
+        self.clock, self.given = clock, list[float]()
 
     def flush(self, timeout_s: float) -> None:
         self.clock[0] += 3.5
