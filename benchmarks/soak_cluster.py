@@ -46,6 +46,7 @@ from framework.observe.endpoint import StatusUnavailable, fetch_status
 from tests.integration.harness import (
     EvenOddOutputs,
     ServiceProcess,
+    Tail,
     even_odd_anomalies,
     service_env,
     wait_until,
@@ -87,21 +88,33 @@ class CommitWatch(threading.Thread):
         return self.longest
 
 
-class Latency:
+class Latency(threading.Thread):
     """How long after its input was written each echo output became visible to a
-    read_committed reader: the output keeps its input's timestamp (the feeder's clock at
-    produce), and its arrival is stamped when the soak's reader drains it (every half second
-    or so while faults are made, so to within about a second)."""
+    read_committed reader of its own: the output keeps its input's timestamp (the feeder's
+    clock at produce), and this thread, doing nothing else, stamps each record as a drain of
+    its reader returns it (a drain waits at most half a second for more)."""
 
-    def __init__(self, out: EvenOddOutputs) -> None:
-        self.out, self._stamped = out, 0
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.tail = Tail(bootstrap, topic)
         self.samples: list[tuple[float, float]] = []  # (input's time, seconds until visible)
+        self.halt = threading.Event()
+        self.start()
 
-    def stamp(self) -> None:
-        now, records = time.time(), self.out.seen.records
-        for r in records[self._stamped:]:
-            self.samples.append((r.timestamp / 1000, now - r.timestamp / 1000))
-        self._stamped = len(records)
+    def run(self) -> None:
+        stamped = 0
+        while not self.halt.is_set():
+            self.tail.drain(0.2)
+            now, records = time.time(), self.tail.records
+            self.samples.extend((r.timestamp / 1000, now - r.timestamp / 1000) for r in records[stamped:])
+            stamped = len(records)
+            if not records:
+                time.sleep(0.2)  # the topic not created yet
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join()
+        self.tail.close()
 
     def p99(self, start: float, end: float) -> str:
         """The 99th percentile and the most of the outputs whose inputs were written in
@@ -148,13 +161,12 @@ def main() -> int:
         "group coordinator": lambda: _coordinator(bootstrap, "__consumer_offsets", f"eo-{suffix}"),
     }
     rc, last, pauses = 0, 0, []
-    latency, windows = Latency(out), []  # windows: (label, wall clock start, end)
+    latency, windows = Latency(bootstrap, f"seen-{suffix}"), []  # windows: (label, wall clock start, end)
     try:
         wait_until(lambda: sum(out.drain()) > 1000, 120, "first outputs", members[0].log_text)
         calm_from, calm_end = time.time(), time.monotonic() + args.calm
         while time.monotonic() < calm_end:
             out.drain(0.5)
-            latency.stamp()
             time.sleep(0.25)
         windows.append(("calm, no fault", calm_from, time.time()))
         end = time.monotonic() + args.minutes * 60
@@ -181,7 +193,6 @@ def main() -> int:
                     cluster.start(node)
                     started = True
                 out.drain(0.5)
-                latency.stamp()
                 for url in urls:
                     codes["health"].add(_health(url + "/health"))
                     codes["ready"].add(_health(url + "/ready"))
@@ -199,12 +210,7 @@ def main() -> int:
         out.n = n
         alive = [m.alive for m in members]
         if all(alive):
-            def complete() -> bool:
-                done = out.complete()
-                latency.stamp()
-                return done
-
-            wait_until(complete, 600, "every output", lambda: str(out.drain()))
+            wait_until(out.complete, 600, "every output", lambda: str(out.drain()))
         for m in members:
             if m.alive:
                 m.stop()
@@ -214,12 +220,16 @@ def main() -> int:
               f"{max(pauses, default=0):.1f} s (median {sorted(pauses)[len(pauses) // 2] if pauses else 0:.1f} s); "
               f"members alive throughout: {all(alive)}, started once each: {[m.starts for m in members] == [1, 1]}; "
               f"{n:,} inputs; exactly-once audit {'clean' if clean else 'FAILED'}: {anomalies}", flush=True)
+        if all(alive):
+            wait_until(lambda: len(latency.tail.records) >= n, 120, "the latency reader at every output")
+        latency.stop()
         print("latency of the echo's outputs, input written to output visible:", flush=True)
         for label, start, stop in windows:
             print(f"  {label}: {latency.p99(start, stop)}", flush=True)
         rc = 0 if clean and all(alive) else 1
     finally:
         feeder.halt.set()
+        latency.halt.set()
         for m in members:
             if m.alive:
                 m.kill()
