@@ -28,6 +28,7 @@ and restart").
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import sys
@@ -163,20 +164,19 @@ def main() -> int:
         "group coordinator": lambda: _coordinator(bootstrap, "__consumer_offsets", f"eo-{suffix}"),
     }
     rc, last, pauses = 0, 0, []
-    latency, windows = Latency(bootstrap, f"seen-{suffix}"), []  # windows: (label, wall clock start, end)
+    latency = Latency(bootstrap, f"seen-{suffix}")
+    windows: list[tuple[str, float, float]] = []  # (label, wall clock start, end)
     try:
         wait_until(lambda: sum(out.drain()) > 1000, 120, "first outputs", members[0].log_text)
-        # the calm in windows of 30 s at most, but for its last seconds: their outputs wait out
-        # the first fault's pause
-        calm_from: float | None = time.time()
-        calm_end = time.monotonic() + args.calm
-        settle_at = calm_end - min(_SETTLE_S, args.calm / 2)
+        calm_from, calm_end = time.time(), time.monotonic() + args.calm
         while time.monotonic() < calm_end:
             out.drain(0.5)
             time.sleep(0.25)
-            if calm_from is not None and (time.time() - calm_from >= 30 or time.monotonic() >= settle_at):
-                windows.append(("calm, no fault", calm_from, time.time()))
-                calm_from = time.time() if time.monotonic() < settle_at else None
+        # the calm in windows of 30 s at most, but for its last seconds: their outputs wait out
+        # the first fault's pause
+        calm_until = calm_from + args.calm - min(_SETTLE_S, args.calm / 2)
+        windows.extend(("calm, no fault", calm_from + i * 30, min(calm_from + (i + 1) * 30, calm_until))
+                       for i in range(math.ceil((calm_until - calm_from) / 30)))
         end = time.monotonic() + args.minutes * 60
         turn = 0
         while time.monotonic() < end and all(m.alive for m in members):

@@ -180,9 +180,9 @@ class SlowCommitOutput(FencedOutput):
 
 
 def test_a_checkpoints_calls_and_their_retries_share_one_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With two nodes of three away, each retry of a commit waited the whole bound again and
-    the member's loop stood still for more than a minute: the calls of one checkpoint share
-    its bound (each given at least a second), then the interval breaks."""
+    """With two nodes of three away, a member's loop stood still for a minute: each call of a
+    checkpoint had its own bound, and a retry of one waited that whole bound again. The calls
+    of one checkpoint share its bound (each given at least a second), then the interval breaks."""
     clock = [100.0]
     monkeypatch.setattr(C.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(C.time, "sleep", lambda s: None)
