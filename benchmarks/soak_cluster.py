@@ -8,10 +8,12 @@ keeps writing numbers at ``--rate`` records/s. Every ``--every`` seconds it SIGK
 (in turn: the one leading the input's partition 0, the one coordinating member 0's
 transactions, the group's coordinator, then round again; the first of those that is not the
 node killed last; ``--only`` one of them) and starts it again 5-20 s later (random,
-``--seed``). Per fault it prints the node and what it led, how long it was down, the longest
-pause in the outputs from the kill to the next fault (the longest time between two
-checkpoints a member committed: its outputs become visible when one commits) and the /health
-and /ready answers meanwhile. At the end: every output awaited, both members stopped, the
+``--seed``). Per fault it prints the node and what it led, how long it was down, when the
+cluster fenced it (its metadata no longer lists the node: its leaders and coordinators are
+elected elsewhere then), the longest pause in the outputs from the kill to the next fault (the
+longest time between two checkpoints a member committed: its outputs become visible when one
+commits) and the /health and /ready answers meanwhile. At the end: the pauses and how much
+longer than the election they were, every output awaited, both members stopped, the
 exactly-once audit (``even_odd_anomalies``), whether either member exited or restarted, and
 the latency of the echo's outputs (``Latency``) in the calm before the first fault (in
 windows of 30 s, but for its last 20 s, whose outputs wait out the first fault's pause) and
@@ -91,6 +93,34 @@ class CommitWatch(threading.Thread):
         return self.longest
 
 
+class Fenced(threading.Thread):
+    """When the cluster fenced node ``node``, SIGKILLed at ``since``: the first time its
+    metadata, asked every 0.1 s, no longer lists the node. Its partitions' leaders and the
+    coordinators it hosted are elected elsewhere in the same step, so this is the election
+    time a member's pause is compared with."""
+
+    def __init__(self, bootstrap: str, node: int, since: float) -> None:
+        super().__init__(daemon=True)
+        self.admin, self.node, self.since = admin_client({"bootstrap.servers": bootstrap}), node, since
+        self.after: float | None = None
+        self.halt = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while self.after is None and not self.halt.wait(0.1):
+            try:
+                brokers = self.admin.list_topics(timeout=1.0).brokers
+            except Exception:  # noqa: BLE001 - no answer now: asked again
+                brokers = {}
+            if brokers and self.node not in brokers:
+                self.after = time.monotonic() - self.since
+
+    def stop(self) -> float | None:
+        self.halt.set()
+        self.join()
+        return self.after
+
+
 class Latency(threading.Thread):
     """How long after its input was written each echo output became visible to a
     read_committed reader of its own: the output keeps its input's timestamp (the feeder's
@@ -128,6 +158,10 @@ class Latency(threading.Thread):
         return f"p99 {got[min(len(got) - 1, int(len(got) * 0.99))]:.1f} s, most {got[-1]:.1f} s of {len(got):,} outputs"
 
 
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2] if values else 0.0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="how long nodes are killed")
@@ -163,7 +197,7 @@ def main() -> int:
         "transaction coordinator": lambda: _coordinator(bootstrap, "__transaction_state", f"eo-{suffix}-0"),
         "group coordinator": lambda: _coordinator(bootstrap, "__consumer_offsets", f"eo-{suffix}"),
     }
-    rc, last, pauses = 0, 0, []
+    rc, last, pauses, beyond = 0, 0, [], []
     latency = Latency(bootstrap, f"seen-{suffix}")
     windows: list[tuple[str, float, float]] = []  # (label, wall clock start, end)
     try:
@@ -188,6 +222,7 @@ def main() -> int:
             down_s = rng.uniform(5, 20)
             fault_at, fault_wall = time.monotonic(), time.time()
             cluster.stop(node, kill=True)
+            fenced = Fenced(bootstrap, node, fault_at)
             last = node
             codes: dict[str, set[int]] = {"health": set(), "ready": set()}
             # A member's outputs become visible when its checkpoint commits: the pause is the
@@ -205,13 +240,18 @@ def main() -> int:
                     codes["health"].add(_health(url + "/health"))
                     codes["ready"].add(_health(url + "/ready"))
                 time.sleep(0.25)
-            longest = watch.stop()
+            longest, elected = watch.stop(), fenced.stop()
             if not started:
                 cluster.start(node)
             pauses.append(longest)
+            if elected is not None:
+                beyond.append(longest - elected)
             windows.append((f"SIGKILL node {node} ({', '.join(led) or role})", fault_wall, time.time()))
-            print(f"SIGKILL node {node} ({', '.join(led) or role}) for {down_s:.0f} s: longest pause in the outputs "
-                  f"{longest:.1f} s; /health {sorted(codes['health'])}, /ready {sorted(codes['ready'])}", flush=True)
+            when = f"fenced after {elected:.1f} s" if elected is not None else "not fenced while down"
+            print(f"{time.strftime('%H:%M:%S', time.localtime(fault_wall))} SIGKILL node {node} "
+                  f"({', '.join(led) or role}) for {down_s:.0f} s, {when}: longest pause in the "
+                  f"outputs {longest:.1f} s; /health {sorted(codes['health'])}, /ready {sorted(codes['ready'])}",
+                  flush=True)
         feeder.halt.set()
         feeder.join()
         n = feeder.next - 1
@@ -225,7 +265,8 @@ def main() -> int:
         anomalies = even_odd_anomalies(out, n, KEYS)
         clean = all(v == 0 for a in anomalies.values() for v in a.values())
         print(f"{len(pauses)} node SIGKILLs in {args.minutes:.0f} min; longest pause in the outputs "
-              f"{max(pauses, default=0):.1f} s (median {sorted(pauses)[len(pauses) // 2] if pauses else 0:.1f} s); "
+              f"{max(pauses, default=0):.1f} s (median {_median(pauses):.1f} s), beyond the node's fencing (its "
+              f"leaders' election) at most {max(beyond, default=0):.1f} s (median {_median(beyond):.1f} s); "
               f"members alive throughout: {all(alive)}, started once each: {[m.starts for m in members] == [1, 1]}; "
               f"{n:,} inputs; exactly-once audit {'clean' if clean else 'FAILED'}: {anomalies}", flush=True)
         if all(alive):

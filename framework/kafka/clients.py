@@ -52,6 +52,13 @@ _TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is
 # (30 s; never seen) before it fails them with UNKNOWN_TOPIC_OR_PART. A flush still waiting
 # this long asks, once, whether every topic it writes to exists, so that a missing one is
 # named at once (``absent_topics``).
+# librdkafka tries a node that went away again after reconnect.backoff.ms, doubled per attempt
+# up to reconnect.backoff.max.ms (10 s by default; 1 s in Kafka's Java clients), and a producer
+# asks where its transaction coordinator went only after such an attempt: with a coordinator's
+# node SIGKILLed, the records of a transaction waited for the node's next attempt, up to 8 s
+# after the cluster had elected the new coordinator. At 1 s, they go on within 1-2 s of it
+# (docs/operations.md, "Production clusters").
+RECONNECT_SETTINGS = {"reconnect.backoff.max.ms": 1000}
 GONE_CHECK_S = 2.0
 _GONE_ASK_TIMEOUT_S = 5.0
 _UNKNOWN_TOPIC = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
@@ -264,6 +271,7 @@ class KafkaOutput:
             "compression.type": "lz4",
             "queue.buffering.max.messages": 500_000,
             "logger": CLIENT_LOG,
+            **RECONNECT_SETTINGS,
         }
         conf.update(settings)
         if transactional_id:
@@ -499,7 +507,9 @@ class KafkaOutput:
         own timeout, and once the group coordinator it cached has died it may wait for that
         node however long, even after the cluster moved the coordinator elsewhere (librdkafka
         issues 5456 and 5511, open in 2.16). The call runs on a thread of its own. Past a
-        second, the cluster's metadata is asked for every half second, and the call is given up
+        second (half a second while a node's connection failed within the last minute: the
+        coordinator may be moving), the cluster's metadata is asked for every half second, and
+        the call is given up
         as soon as it says that the coordinator librdkafka waits for may be a node that died
         (``_moved``): waiting cannot help then. So is a call past ``timeout_s`` or 15 s,
         whichever is shorter. A given-up call is left there, holding this producer, and a
@@ -508,14 +518,15 @@ class KafkaOutput:
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         call = _BoundedCall(self._p.send_offsets_to_transaction, offsets, group_metadata, timeout_s)
         bound = min(timeout_s, _SEND_OFFSETS_BOUND_S)
-        waited, step = 0.0, _SEND_OFFSETS_QUICK_S
+        troubled = any(time.monotonic() - at < _RECENTLY_FAILED_S for at in self.connectivity.node_failed.values())
+        waited, step = 0.0, _SEND_OFFSETS_ASK_S if troubled else _SEND_OFFSETS_QUICK_S
         while not call.wait(min(step, bound - waited)):
             waited += step
             moved = self._moved()
             if moved or waited >= bound:
                 self._stuck.append(call)
                 why = moved or "the producer waits for a group coordinator it no longer reaches"
-                raise TimeoutError(f"send_offsets_to_transaction did not return within {waited:.0f} s: {why}")
+                raise TimeoutError(f"send_offsets_to_transaction did not return within {waited:.1f} s: {why}")
             step = _SEND_OFFSETS_ASK_S
         call.result()
 
@@ -698,6 +709,7 @@ class GroupConsumer:
             # records/s with the default, 320,000-330,000 with 10 ms; benchmarks/NOTES.md)
             "fetch.queue.backoff.ms": 10,
             "logger": CLIENT_LOG,
+            **RECONNECT_SETTINGS,
         }
         conf.update(group_protocol_settings(settings))
         conf.update(settings)
@@ -1076,7 +1088,7 @@ def reader_settings(settings: Mapping[str, Any], group: str, *, fetch_wait_ms: i
     return {
         "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
         "enable.partition.eof": True, "auto.offset.reset": offset_reset, "logger": CLIENT_LOG,
-        "fetch.wait.max.ms": fetch_wait_ms,
+        "fetch.wait.max.ms": fetch_wait_ms, **RECONNECT_SETTINGS,
         # A partition read as fast as its records are applied: with librdkafka's defaults it
         # stops fetching while 100,000 messages wait and then waits fetch.queue.backoff.ms
         # (1 s) before it fetches again. One partition of 254,304 records: a replay task's
