@@ -47,11 +47,6 @@ _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partit
 _FLUSH_SLICE_S = 0.5  # a flush looks at the brokers' state this often
 _NODE_NAMED = re.compile(r"[^\s/]+/(\d+): ")  # librdkafka names a node "host:port/id: ..." in its errors
 _TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is refused already
-# A flush takes milliseconds unless records wait: for a topic that is gone, librdkafka holds
-# them until message.timeout.ms (deleted while known) or topic.metadata.propagation.max.ms
-# (30 s; never seen) before it fails them with UNKNOWN_TOPIC_OR_PART. A flush still waiting
-# this long asks, once, whether every topic it writes to exists, so that a missing one is
-# named at once (``absent_topics``).
 # librdkafka tries a node that went away again after reconnect.backoff.ms, doubled per attempt
 # up to reconnect.backoff.max.ms (10 s by default; 1 s in Kafka's Java clients), and a producer
 # asks where its transaction coordinator went only after such an attempt: with a coordinator's
@@ -61,6 +56,11 @@ _TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is
 # too, a member's recovery after a node's clean shutdown stood still in 2 of 5 runs of the
 # rolling-restart test, which was not taken apart.
 _PRODUCER_RECONNECT = {"reconnect.backoff.max.ms": 1000}
+# A flush takes milliseconds unless records wait: for a topic that is gone, librdkafka holds
+# them until message.timeout.ms (deleted while known) or topic.metadata.propagation.max.ms
+# (30 s; never seen) before it fails them with UNKNOWN_TOPIC_OR_PART. A flush still waiting
+# this long asks, once, whether every topic it writes to exists, so that a missing one is
+# named at once (``absent_topics``).
 GONE_CHECK_S = 2.0
 _GONE_ASK_TIMEOUT_S = 5.0
 _UNKNOWN_TOPIC = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
@@ -511,9 +511,8 @@ class KafkaOutput:
         issues 5456 and 5511, open in 2.16). The call runs on a thread of its own. Past a
         second (half a second while a node's connection failed within the last minute: the
         coordinator may be moving), the cluster's metadata is asked for every half second, and
-        the call is given up
-        as soon as it says that the coordinator librdkafka waits for may be a node that died
-        (``_moved``): waiting cannot help then. So is a call past ``timeout_s`` or 15 s,
+        the call is given up as soon as it says that the coordinator librdkafka waits for may
+        be a node that died (``_moved``): waiting cannot help then. So is a call past ``timeout_s`` or 15 s,
         whichever is shorter. A given-up call is left there, holding this producer, and a
         ``TimeoutError`` (the checkpoint's outcome unknown) sends the member to a new producer
         (``renew``)."""

@@ -6,6 +6,7 @@ not otherwise."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,3 +131,33 @@ def test_a_node_that_failed_and_is_back_while_the_coordinator_is_elsewhere_is_na
     assert _answers(output, _metadata([1, 2, 3], [1, 2, 1, 1])) is None
     _refused(output, 1)  # the coordinator's own node failing says nothing of a move
     assert _answers(output, _metadata([1, 2, 3], [1, 2, 1, 1])) is None
+
+
+class _Stuck(_Producer):
+    """A producer whose send_offsets_to_transaction waits until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        self.release.wait(10)
+
+
+@pytest.mark.parametrize(("failed", "looked_at"), [(True, "0.5"), (False, "1.0")])
+def test_a_stuck_call_is_looked_at_sooner_while_a_node_failed_recently(
+        output: KafkaOutput, failed: bool, looked_at: str) -> None:
+    """A call is watched after a second, or after half of one while a node's connection
+    failed within the minute (a coordinator may be moving); given up once its coordinator's
+    node left the metadata."""
+    stuck = _Stuck()
+    output._p = stuck  # type: ignore[assignment]
+    assert _answers(output, _metadata([1, 2, 3], [1, 2, 3, 1])) is None
+    if failed:
+        _refused(output, 3)
+    stuck.md = _metadata([1, 2], [1, 2, 1, 1])
+    try:
+        with pytest.raises(TimeoutError, match=f"did not return within {looked_at} s: node 3 left"):
+            output.send_offsets({("t", 0): 1}, object(), 30.0)
+    finally:
+        stuck.release.set()
