@@ -21,36 +21,20 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.soak_cluster import Fenced
 from framework.broker.cluster import LocalCluster
 from framework.broker.local import free_ports
 from framework.kafka.admin import TopicSpec, admin_client, ensure_topics
-from framework.kafka.clients import KafkaOutput, coordinator_partition
+from framework.kafka.clients import KafkaOutput
+from tests.integration.test_cluster_faults import _coordinator
 
 TOPIC, TXN_ID = "flushed", "coordinator-flush"
-
-
-def _coordinator(admin: Any) -> int:
-    parts = admin.list_topics("__transaction_state", timeout=5).topics["__transaction_state"].partitions
-    return int(parts[coordinator_partition(TXN_ID, len(parts))].leader)
-
-
-def _fenced(admin: Any, node: int, since: float, out: list[float]) -> None:
-    while time.monotonic() - since < 60:
-        try:
-            if node not in admin.list_topics(timeout=1).brokers:
-                out.append(time.monotonic() - since)
-                return
-        except Exception:  # noqa: BLE001, S110 - no answer now: asked again
-            pass
-        time.sleep(0.1)
 
 
 def _transactions(producer: KafkaOutput, seconds: float, since: float | None) -> None:
@@ -81,16 +65,14 @@ def main() -> int:
         producer.init_transactions(60)
         _transactions(producer, 3, None)
         for _ in range(2):
-            node, since = _coordinator(admin), time.monotonic()
-            fenced: list[float] = []
+            node, since = _coordinator(cluster.bootstrap, "__transaction_state", TXN_ID), time.monotonic()
             cluster.stop(node, kill=True)
-            watch = threading.Thread(target=_fenced, args=(admin, node, since, fenced), daemon=True)
-            watch.start()
+            fenced = Fenced(cluster.bootstrap, node, since)
             print(f"SIGKILL node {node} (the transaction coordinator)", flush=True)
             _transactions(producer, 20, since)
-            watch.join()
-            print(f"  the cluster fenced node {node} after {fenced[0]:.1f} s" if fenced else
-                  f"  node {node} still listed after 60 s", flush=True)
+            after = fenced.stop()
+            print(f"  the cluster fenced node {node} after {after:.1f} s" if after is not None else
+                  f"  node {node} still listed after 20 s", flush=True)
             cluster.start(node)
             while cluster.status().under_replicated:
                 time.sleep(0.2)

@@ -512,15 +512,14 @@ class KafkaOutput:
         second (half a second while a node's connection failed within the last minute: the
         coordinator may be moving), the cluster's metadata is asked for every half second, and
         the call is given up as soon as it says that the coordinator librdkafka waits for may
-        be a node that died (``_moved``): waiting cannot help then. So is a call past ``timeout_s`` or 15 s,
-        whichever is shorter. A given-up call is left there, holding this producer, and a
+        be a node that died (``_moved``): waiting cannot help then. So is a call past
+        ``timeout_s`` or 15 s, whichever is shorter. A given-up call is left there, holding this producer, and a
         ``TimeoutError`` (the checkpoint's outcome unknown) sends the member to a new producer
         (``renew``)."""
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         call = _BoundedCall(self._p.send_offsets_to_transaction, offsets, group_metadata, timeout_s)
         bound = min(timeout_s, _SEND_OFFSETS_BOUND_S)
-        troubled = any(time.monotonic() - at < _RECENTLY_FAILED_S for at in self.connectivity.node_failed.values())
-        waited, step = 0.0, _SEND_OFFSETS_ASK_S if troubled else _SEND_OFFSETS_QUICK_S
+        waited, step = 0.0, _SEND_OFFSETS_ASK_S if self._recently_failed() else _SEND_OFFSETS_QUICK_S
         while not call.wait(min(step, bound - waited)):
             waited += step
             moved = self._moved()
@@ -550,8 +549,7 @@ class KafkaOutput:
         except KafkaException:
             return None
         now = set(md.brokers)
-        failed = {n: at for n, at in self.connectivity.node_failed.items()
-                  if time.monotonic() - at < _RECENTLY_FAILED_S}
+        failed = self._recently_failed()
         gone = sorted((self._nodes_seen | set(failed)) - now) if now else []
         self._nodes_seen |= now
         before, coordinator = self._coordinator, _coordinator_of(md, self.group)
@@ -569,6 +567,11 @@ class KafkaOutput:
             return (f"node {elsewhere[0]} failed {time.monotonic() - failed[elsewhere[0]]:.0f} s ago and the group's "
                     f"coordinator is node {coordinator} now: it may have moved from there")
         return None
+
+    def _recently_failed(self) -> dict[int, float]:
+        """The nodes whose connection failed within ``_RECENTLY_FAILED_S``, and when."""
+        now = time.monotonic()
+        return {n: at for n, at in self.connectivity.node_failed.items() if now - at < _RECENTLY_FAILED_S}
 
     def commit(self, timeout_s: float) -> None:
         try:
