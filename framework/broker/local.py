@@ -63,6 +63,10 @@ STOP_TIMEOUT_S = 30.0
 # Every node is broker and controller. Transactions on one node need the transaction log (and
 # offsets) at RF 1 / min ISR 1; a cluster (``framework.broker.cluster``) has RF 3 / min ISR 2 for
 # every topic by default, the internal ones included.
+# A node's session is 6 s of heartbeats sent every second (Kafka's defaults: 9 s, every 2 s). In
+# a cluster the controller fences a dead node after the session, and refuses a node restarted
+# after a clean shutdown (DUPLICATE_BROKER_REGISTRATION) until its old session has run out, as
+# Kafka 4.1 does, retrying once a heartbeat interval: a restart took 9-11 s at the defaults.
 _SERVER_PROPERTIES = """\
 process.roles=broker,controller
 node.id={node_id}
@@ -78,6 +82,8 @@ transaction.state.log.min.isr={min_isr}
 transaction.state.log.num.partitions=10
 min.insync.replicas={min_isr}
 group.initial.rebalance.delay.ms=0
+broker.session.timeout.ms=6000
+broker.heartbeat.interval.ms=1000
 auto.create.topics.enable=false
 log.retention.hours=-1
 log.segment.bytes=67108864

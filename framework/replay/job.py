@@ -21,9 +21,11 @@ from __future__ import annotations
 import base64
 import dataclasses
 import gc
+import hashlib
 import itertools
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -115,18 +117,30 @@ def _pipeline(plan: ReplayPlan) -> Any:
 
 
 def _unpack_schemas() -> None:
-    """The ``schemas/`` shipped inside a py-files zip, extracted where ``load_schema`` looks."""
+    """The ``schemas/`` shipped inside a py-files zip, extracted where ``load_schema`` looks: one
+    directory in the temporary directory per set of schemas (named by their checksums), which
+    every Python worker of every replay with the same schemas shares rather than leaving one of
+    its own behind."""
     if os.environ.get("FW_SCHEMAS_DIR") and Path(os.environ["FW_SCHEMAS_DIR"]).is_dir():
         return
     for entry in sys.path:
         if entry.endswith(".zip") and os.path.isfile(entry):
             with zipfile.ZipFile(entry) as z:
-                names = [n for n in z.namelist() if n.startswith("schemas/") and n.endswith(".avsc")]
-                if names:
-                    target = Path(tempfile.mkdtemp(prefix="fw-schemas-"))
-                    z.extractall(target, names)
-                    os.environ["FW_SCHEMAS_DIR"] = str(target / "schemas")
-                    return
+                infos = sorted((i for i in z.infolist() if i.filename.startswith("schemas/")
+                                and i.filename.endswith(".avsc")), key=lambda i: i.filename)
+                if not infos:
+                    continue
+                digest = hashlib.sha256("".join(f"{i.filename}:{i.CRC}:{i.file_size};" for i in infos).encode())
+                target = Path(tempfile.gettempdir()) / f"fw-schemas-{digest.hexdigest()[:16]}"
+                if not target.is_dir():
+                    part = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
+                    z.extractall(part, [i.filename for i in infos])
+                    try:
+                        part.rename(target)  # whole or not at all: a worker never reads a half-written one
+                    except OSError:  # another worker's came first
+                        shutil.rmtree(part, ignore_errors=True)
+                os.environ["FW_SCHEMAS_DIR"] = str(target / "schemas")
+                return
 
 
 def _kafka_settings(plan: ReplayPlan) -> dict[str, Any]:

@@ -676,3 +676,31 @@ def test_the_command_tells_the_job_whether_its_output_is_a_terminal(monkeypatch:
     assert submit.environment()["FW_REPLAY_PROGRESS"] == "lines"
     monkeypatch.setenv("FW_REPLAY_PROGRESS", "terminal")  # the user's own choice stays
     assert submit.environment()["FW_REPLAY_PROGRESS"] == "terminal"
+
+
+def test_the_schemas_of_a_py_files_zip_are_unpacked_once_per_set_and_shared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Python worker of a replay looks for the schemas shipped in its py-files zip: they
+    share one directory per set of schemas instead of leaving one of their own each, and a
+    changed schema gets a directory of its own."""
+    from framework.replay.job import _unpack_schemas
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+
+    def unpacked(name: str, text: str) -> Path:
+        archive = tmp_path / name
+        with zipfile.ZipFile(archive, "w") as z:
+            z.writestr("schemas/a.avsc", text)
+            z.writestr("framework/__init__.py", "")
+        monkeypatch.setattr("sys.path", [str(archive)])
+        monkeypatch.setenv("FW_SCHEMAS_DIR", "")  # none yet (and the one set below undone at the end)
+        _unpack_schemas()
+        return Path(os.environ["FW_SCHEMAS_DIR"])
+
+    first = unpacked("one.zip", '{"type": "string"}')
+    assert (first / "a.avsc").read_text() == '{"type": "string"}'
+    assert unpacked("two.zip", '{"type": "string"}') == first
+    changed = unpacked("three.zip", '{"type": "long"}')
+    assert changed != first and (changed / "a.avsc").read_text() == '{"type": "long"}'
+    assert sorted(p.name for p in (tmp_path / "tmp").iterdir()) == sorted([first.parent.name, changed.parent.name])
