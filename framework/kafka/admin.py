@@ -160,6 +160,7 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: flo
     specs = list(specs)
     existing = topic_partitions(admin, [s.name for s in specs])
     missing = [s for s in specs if s.name not in existing]
+    existed: set[str] = set()
     if missing:
         new = [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in missing]
         errors = via_controller(admin, lambda t: _all_done(admin.create_topics(new, operation_timeout=t,
@@ -177,21 +178,26 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: flo
                     continue  # the controller creates it still: waited for below, as the others
                 if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise KafkaClientError(f"could not create topic {name!r}: {err.str()}") from None
-                # It exists although the metadata did not show it: this client may not see it.
-                # Whether it may use it is for missing_grants to tell; nothing to wait for.
-                missing = [s for s in missing if s.name != name]
+                # It exists although the metadata did not show it: created a moment ago (by this
+                # client, or another one), or this client may not see it. Waited for below (to be
+                # listed, whatever its partitions) unless it is hidden; whether it may use a hidden
+                # one is for missing_grants to tell.
+                existed.add(name)
         hidden = _not_describable(admin, [s.name for s in missing], timeout_s)
         missing = [s for s in missing if s.name not in hidden]  # created, but this client may not see them
     deadline = time.monotonic() + timeout_s
+
+    def late() -> list[str]:
+        shown = topic_partitions(admin, [s.name for s in missing])
+        return [s.name for s in missing
+                if s.name not in shown or (s.name not in existed and shown[s.name] != s.partitions)]
+
     while missing and time.monotonic() < deadline:
-        existing = topic_partitions(admin, [s.name for s in missing])
-        if all(existing.get(s.name) == s.partitions for s in missing):
+        if not late():
             return
         time.sleep(0.1)
-    if missing:
-        existing = topic_partitions(admin, [s.name for s in missing])
-        late = [s.name for s in missing if existing.get(s.name) != s.partitions]
-        raise KafkaClientError(f"topics {late} not visible after {timeout_s}s")
+    if missing and (still := late()):
+        raise KafkaClientError(f"topics {still} not visible after {timeout_s}s")
 
 
 def _not_describable(admin: AdminClient, names: list[str], timeout_s: float) -> set[str]:
