@@ -45,6 +45,8 @@ log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses
 _FLUSH_SLICE_S = 0.5  # a flush looks at the brokers' state this often
+_FLUSH_LOOK_AFTER_S = 0.5  # a transaction's flush this long, while a node's connection failed recently, ...
+_FLUSH_LOOK_S = 0.1  # ... looks at the group's coordinator this often (KafkaOutput._coordinator_left)
 _NODE_NAMED = re.compile(r"[^\s/]+/(\d+): ")  # librdkafka names a node "host:port/id: ..." in its errors
 _TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is refused already
 # librdkafka tries a node that went away again after reconnect.backoff.ms, doubled per attempt
@@ -448,16 +450,31 @@ class KafkaOutput:
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every delivery report; raise what a failed delivery reported. Gives up
-        early, once every broker connection is down: nothing can be delivered then; and at
-        once for a topic written to that does not exist (``on_missing``)."""
+        early, once every broker connection is down: nothing can be delivered then; at once
+        for a topic written to that does not exist (``on_missing``); and, in a transaction,
+        once the group's coordinator has left a node whose connection failed
+        (``_coordinator_left``): the send_offsets_to_transaction that would follow the flush
+        would wait for that node, so a new producer settles the interval now rather than
+        after the flush and that call."""
         started = time.monotonic()
         deadline, asked = started + timeout_s, False
+        watch = self.transactional and self.group is not None
         while True:
-            remaining = self._p.flush(min(_FLUSH_SLICE_S, max(deadline - time.monotonic(), 0)))
+            # while a node failed, in slices short enough to see its coordinators move within one
+            # (its connection errors come with a poll: a flush does not serve them)
+            looking = (watch and time.monotonic() - started >= _FLUSH_LOOK_AFTER_S
+                       and (self._p.poll(0) >= 0 and bool(self._recently_failed())))
+            remaining = self._p.flush(min(_FLUSH_LOOK_S if looking else _FLUSH_SLICE_S,
+                                          max(deadline - time.monotonic(), 0)))
             if not remaining:
                 break
             if self.connectivity.down_since is not None:
                 raise KafkaClientError(f"{remaining} records not delivered: every broker connection is down")
+            if looking:
+                left = self._coordinator_left()
+                if left:
+                    raise KafkaClientError(f"{remaining} records not delivered yet, and the offsets could not follow "
+                                           f"them: {left}")
             if not asked and time.monotonic() - started >= GONE_CHECK_S:
                 asked = True
                 self._refuse_gone()
@@ -529,6 +546,7 @@ class KafkaOutput:
                 raise TimeoutError(f"send_offsets_to_transaction did not return within {waited:.1f} s: {why}")
             step = _SEND_OFFSETS_ASK_S
         call.result()
+        self._coordinator = None  # the call reached the coordinator: to be seen afresh when a node fails
 
     def _moved(self) -> str | None:
         """Why the group coordinator this producer cached may be a node that cannot answer,
@@ -546,10 +564,14 @@ class KafkaOutput:
         self._p.poll(0)  # the connection errors reported meanwhile (``Connectivity``)
         try:
             md = self._p.list_topics(_OFFSETS_TOPIC, timeout=_SEND_OFFSETS_ASK_S)
-        except KafkaException:
+        except KafkaException as exc:
+            log.debug("a stuck send_offsets_to_transaction: the metadata did not come (%s)", exc)
             return None
         now = set(md.brokers)
         failed = self._recently_failed()
+        log.debug("a stuck send_offsets_to_transaction: nodes %s listed, %s seen, %s failed recently; the group's "
+                  "coordinator node %s, %s before", sorted(now), sorted(self._nodes_seen), sorted(failed),
+                  _coordinator_of(md, self.group), self._coordinator)
         gone = sorted((self._nodes_seen | set(failed)) - now) if now else []
         self._nodes_seen |= now
         before, coordinator = self._coordinator, _coordinator_of(md, self.group)
@@ -566,6 +588,33 @@ class KafkaOutput:
         if elsewhere:
             return (f"node {elsewhere[0]} failed {time.monotonic() - failed[elsewhere[0]]:.0f} s ago and the group's "
                     f"coordinator is node {coordinator} now: it may have moved from there")
+        return None
+
+    def _coordinator_left(self) -> str | None:
+        """Why the group coordinator this producer cached is a node it can no longer reach, from
+        the cluster's metadata asked now: the coordinator as last seen was a node whose
+        connection failed within ``_RECENTLY_FAILED_S``, and that node is no longer listed
+        or no longer the coordinator. None when nothing says so; the first look after a
+        successful send_offsets_to_transaction only remembers the coordinator."""
+        try:
+            md = self._p.list_topics(_OFFSETS_TOPIC, timeout=_SEND_OFFSETS_ASK_S)
+        except KafkaException as exc:
+            log.debug("a flush that waits: the metadata did not come (%s)", exc)
+            return None
+        before, coordinator = self._coordinator, _coordinator_of(md, self.group)
+        if coordinator is not None:
+            self._coordinator = coordinator
+        failed = self._recently_failed()
+        log.debug("a flush that waits: nodes %s listed, %s failed recently; the group's coordinator node %s, %s "
+                  "before", sorted(md.brokers), sorted(failed), coordinator, before)
+        if before is None or before not in failed or not md.brokers:
+            return None
+        if before not in md.brokers:
+            return (f"node {before}, the group's coordinator, left the cluster's metadata (stopped, and fenced by "
+                    "the cluster) after its connection failed")
+        if coordinator is not None and coordinator != before:
+            return (f"the group's coordinator moved from node {before}, whose connection failed "
+                    f"{time.monotonic() - failed[before]:.0f} s ago, to node {coordinator}")
         return None
 
     def _recently_failed(self) -> dict[int, float]:

@@ -15,10 +15,12 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 
 from framework.broker.cluster import LocalCluster
 from framework.kafka.admin import InternalTopics, TopicSpec, admin_client, ensure_topics
@@ -66,8 +68,19 @@ def three_nodes(cluster_of_module: LocalCluster) -> Iterator[LocalCluster]:
 
 
 def _leader(bootstrap: str, topic: str, partition: int) -> int:
-    md = admin_client({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    return int(md.topics[topic].partitions[partition].leader)
+    """The node leading ``topic[partition]`` (-1 during its election). Asked again while the
+    question fails: librdkafka answers a metadata request sent to a node that has just died,
+    or is starting, with a transport failure rather than asking another node."""
+    admin = admin_client({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            md = admin.list_topics(topic, timeout=10)
+            return int(md.topics[topic].partitions[partition].leader)
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _coordinator(bootstrap: str, internal: str, key: str) -> int:

@@ -2,17 +2,20 @@
 given up when a node the producer has seen (in the metadata or in its connection errors)
 leaves the cluster's metadata, when the group's coordinator is another node than when last
 seen, or when a connection to another node than the coordinator failed within the minute;
-not otherwise."""
+not otherwise. A transaction's flush gives up as soon as the group's coordinator has left a
+node whose connection failed (``KafkaOutput._coordinator_left``): that call would wait next."""
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
 
+from framework.errors import KafkaClientError
 from framework.kafka.clients import KafkaOutput, coordinator_partition
 
 
@@ -161,3 +164,69 @@ def test_a_stuck_call_is_looked_at_sooner_while_a_node_failed_recently(
             output.send_offsets({("t", 0): 1}, object(), 30.0)
     finally:
         stuck.release.set()
+
+
+class _Undelivered(_Producer):
+    """A producer whose records are never delivered: a flush returns them all still there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+
+    def flush(self, timeout: float) -> int:
+        self.flushes += 1
+        time.sleep(min(timeout, 0.05))
+        return 7
+
+
+def test_a_flush_gives_up_once_the_groups_coordinator_left_a_node_that_failed(output: KafkaOutput) -> None:
+    """In a transaction, a flush that waits while a node's connection failed looks at the
+    group's coordinator every half second: it remembers it first (node 3), and gives up once
+    that node is no longer the coordinator, as the offsets would wait for it next."""
+    output.transactional = True
+    stuck = _Undelivered()
+    output._p = stuck  # type: ignore[assignment]
+    _refused(output, 3)
+    looks: list[_Metadata] = [_metadata([1, 2, 3], [1, 2, 3, 1]), _metadata([1, 2, 3], [1, 2, 3, 1]),
+                              _metadata([1, 2], [1, 2, 1, 1])]
+
+    def list_topics(topic: str | None = None, timeout: float = -1) -> _Metadata:
+        return looks.pop(0)
+
+    stuck.list_topics = list_topics  # type: ignore[method-assign]
+    with pytest.raises(KafkaClientError, match="7 records not delivered yet, and the offsets could not follow them: "
+                                               "node 3, the group's coordinator, left the cluster's metadata"):
+        output.flush(30.0)
+    assert not looks and stuck.flushes >= 3
+
+
+@pytest.mark.parametrize("failed", [None, 1])
+def test_a_flush_waits_on_while_the_coordinators_node_did_not_fail(output: KafkaOutput, failed: int | None) -> None:
+    """No node failed, or only another node than the coordinator: the coordinator is not
+    looked at, or stays; the flush waits for its records to its own bound."""
+    output.transactional = True
+    stuck = _Undelivered()
+    stuck.md = _metadata([1, 2, 3], [1, 2, 3, 1])
+    output._p = stuck  # type: ignore[assignment]
+    if failed is not None:
+        _refused(output, failed)
+    with pytest.raises(KafkaClientError, match="7 records not delivered within 1.2s"):
+        output.flush(1.2)
+
+
+def test_the_coordinator_is_seen_afresh_after_offsets_reached_it(output: KafkaOutput) -> None:
+    """A send_offsets_to_transaction that returned forgets the coordinator last seen: a node
+    failing later is judged by the coordinator seen then, not an old one."""
+    _refused(output, 3)
+    output._p.md = _metadata([1, 2, 3], [1, 2, 3, 1])  # type: ignore[attr-defined]
+    assert output._coordinator_left() is None and output._coordinator == 3
+    stuck = _Stuck()
+    stuck.release.set()
+    stuck.md = _metadata([1, 2, 3], [1, 2, 1, 1])
+    output._p = stuck  # type: ignore[assignment]
+    output.send_offsets({("t", 0): 1}, object(), 30.0)
+    assert output._coordinator is None
+    assert output._coordinator_left() is None  # node 1 is the coordinator as seen now: nothing moved
+    stuck.md = _metadata([1, 2, 3], [1, 2, 2, 1])
+    output.connectivity.node_failed[1] = output.connectivity.node_failed[3]
+    assert output._coordinator_left() == "the group's coordinator moved from node 1, whose connection failed 0 s ago, to node 2"
