@@ -461,9 +461,10 @@ class KafkaOutput:
         watch = self.transactional and self.group is not None
         while True:
             # while a node failed, in slices short enough to see its coordinators move within one
-            # (its connection errors come with a poll: a flush does not serve them)
-            looking = (watch and time.monotonic() - started >= _FLUSH_LOOK_AFTER_S
-                       and (self._p.poll(0) >= 0 and bool(self._recently_failed())))
+            looking = watch and time.monotonic() - started >= _FLUSH_LOOK_AFTER_S
+            if looking:
+                self._p.poll(0)  # the connection errors reported meanwhile: a flush does not serve them
+                looking = bool(self._recently_failed())
             remaining = self._p.flush(min(_FLUSH_LOOK_S if looking else _FLUSH_SLICE_S,
                                           max(deadline - time.monotonic(), 0)))
             if not remaining:
