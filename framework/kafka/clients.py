@@ -563,21 +563,12 @@ class KafkaOutput:
 
         The nodes listed, and the coordinator, are remembered as seen."""
         self._p.poll(0)  # the connection errors reported meanwhile (``Connectivity``)
-        try:
-            md = self._p.list_topics(_OFFSETS_TOPIC, timeout=_SEND_OFFSETS_ASK_S)
-        except KafkaException as exc:
-            log.debug("a stuck send_offsets_to_transaction: the metadata did not come (%s)", exc)
+        seen = self._look("a stuck send_offsets_to_transaction")
+        if seen is None:
             return None
-        now = set(md.brokers)
-        failed = self._recently_failed()
-        log.debug("a stuck send_offsets_to_transaction: nodes %s listed, %s seen, %s failed recently; the group's "
-                  "coordinator node %s, %s before", sorted(now), sorted(self._nodes_seen), sorted(failed),
-                  _coordinator_of(md, self.group), self._coordinator)
+        now, failed, before, coordinator = seen
         gone = sorted((self._nodes_seen | set(failed)) - now) if now else []
         self._nodes_seen |= now
-        before, coordinator = self._coordinator, _coordinator_of(md, self.group)
-        if coordinator is not None:
-            self._coordinator = coordinator
         if gone:
             return (f"node{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} left the cluster's metadata "
                     "(stopped, and fenced by the cluster): its group coordinator moved")
@@ -597,26 +588,37 @@ class KafkaOutput:
         connection failed within ``_RECENTLY_FAILED_S``, and that node is no longer listed
         or no longer the coordinator. None when nothing says so; the first look after a
         successful send_offsets_to_transaction only remembers the coordinator."""
-        try:
-            md = self._p.list_topics(_OFFSETS_TOPIC, timeout=_SEND_OFFSETS_ASK_S)
-        except KafkaException as exc:
-            log.debug("a flush that waits: the metadata did not come (%s)", exc)
+        seen = self._look("a flush that waits")
+        if seen is None:
             return None
-        before, coordinator = self._coordinator, _coordinator_of(md, self.group)
-        if coordinator is not None:
-            self._coordinator = coordinator
-        failed = self._recently_failed()
-        log.debug("a flush that waits: nodes %s listed, %s failed recently; the group's coordinator node %s, %s "
-                  "before", sorted(md.brokers), sorted(failed), coordinator, before)
-        if before is None or before not in failed or not md.brokers:
+        now, failed, before, coordinator = seen
+        if before is None or before not in failed or not now:
             return None
-        if before not in md.brokers:
+        if before not in now:
             return (f"node {before}, the group's coordinator, left the cluster's metadata (stopped, and fenced by "
                     "the cluster) after its connection failed")
         if coordinator is not None and coordinator != before:
             return (f"the group's coordinator moved from node {before}, whose connection failed "
                     f"{time.monotonic() - failed[before]:.0f} s ago, to node {coordinator}")
         return None
+
+    def _look(self, who: str) -> tuple[set[int], dict[int, float], int | None, int | None] | None:
+        """The cluster's metadata asked now, for ``_moved`` and ``_coordinator_left``: the nodes
+        listed, those whose connection failed recently, and the group's coordinator as last seen
+        and as seen now (then remembered, unless the metadata does not say); None when the
+        metadata did not come."""
+        try:
+            md = self._p.list_topics(_OFFSETS_TOPIC, timeout=_SEND_OFFSETS_ASK_S)
+        except KafkaException as exc:
+            log.debug("%s: the metadata did not come (%s)", who, exc)
+            return None
+        now, failed = set(md.brokers), self._recently_failed()
+        before, coordinator = self._coordinator, _coordinator_of(md, self.group)
+        if coordinator is not None:
+            self._coordinator = coordinator
+        log.debug("%s: nodes %s listed, %s seen, %s failed recently; the group's coordinator node %s, %s before",
+                  who, sorted(now), sorted(self._nodes_seen), sorted(failed), coordinator, before)
+        return now, failed, before, coordinator
 
     def _recently_failed(self) -> dict[int, float]:
         """The nodes whose connection failed within ``_RECENTLY_FAILED_S``, and when."""
