@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from framework.classdata import remove_unused
 from framework.config import Config, is_secret
 from framework.errors import ConfigError
 from framework.kafka.admin import (
@@ -47,7 +48,6 @@ from framework.replay.submit import (
     connector_jars,
     environment,
     package,
-    remove_unused,
     spark_launch_home,
 )
 from framework.runtime.topics import (

@@ -14,18 +14,17 @@ import importlib.metadata
 import importlib.util
 import os
 import py_compile
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from framework.broker.local import require_tool
+from framework.classdata import ARCHIVE_DAYS, QUIET, file_identity, remove_unused
 from framework.errors import EnvironmentProblem
 from framework.home import fw_home
 
@@ -130,23 +129,6 @@ def _package_files(target: str, root: Path) -> list[tuple[Path, str]]:
     return files
 
 
-def remove_unused(directory: Path, *, days: float, keep: Path | None = None, named: str = "") -> None:
-    """What is in ``directory`` (but ``keep``; only names matching ``named``, a regular
-    expression, when given) and was not modified (or used) for ``days``."""
-    limit = time.time() - days * 86_400
-    for other in directory.iterdir() if directory.is_dir() else ():
-        if other == keep or named and not re.fullmatch(named, other.name):
-            continue
-        try:
-            if other.stat().st_mtime < limit:
-                if other.is_dir():
-                    shutil.rmtree(other, ignore_errors=True)
-                else:
-                    other.unlink()
-        except OSError:  # another run removed it first
-            pass
-
-
 def _project_modules(top: str) -> dict[str, Path]:
     """The loaded top-level packages and modules that live beside ``top`` (not installed
     libraries, not the framework): name -> its ``__init__.py`` or module file."""
@@ -199,7 +181,6 @@ LOCAL_JIT = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
 # exits (15-25 s on two cores, once per Java, Spark and connector), after the command has ended
 # (``framework.replay.launch``). A JVM that cannot use an archive
 # (another build of Java, another class path) starts without it, as it would have.
-ARCHIVE_DAYS = 14  # an archive (and a shared Spark) unused this long is removed by the next run
 
 
 @dataclass(frozen=True)
@@ -217,7 +198,7 @@ class ClassArchive:
                else f"-XX:ArchiveClassesAtExit={self.writing}")
         # a JVM without the option runs as before; what CDS says of classes it leaves out is not
         # the user's concern (errors still show)
-        return ["-XX:+IgnoreUnrecognizedVMOptions", use, "-Xlog:cds*=error"]
+        return ["-XX:+IgnoreUnrecognizedVMOptions", use, QUIET]
 
     def written_by(self, cmd: list[str]) -> bool:
         """Whether the JVM of ``cmd`` writes this archive (not: maps it, or has options of its own)."""
@@ -259,21 +240,12 @@ def class_archive(jars: list[Path], spark: Path | None = None) -> ClassArchive |
         return None
     binary = os.path.realpath(Path(java) / "bin" / "java")
     classpath = sorted((spark or spark_home()).joinpath("jars").glob("*.jar")) + list(jars)
-    key = _identity([binary, *classpath])
+    key = file_identity([binary, *classpath])
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
     return ClassArchive(directory / f"{key}.jsa", directory / f"{key}.jsa.{os.getpid()}.tmp")
-
-
-def _identity(files: list[Path | str]) -> str:
-    """16 hex digits naming ``files`` as the files they are: real path, size, modification time."""
-    lines = []
-    for f in files:
-        st = os.stat(f)
-        lines.append(f"{os.path.realpath(f)}\0{st.st_size}\0{st.st_mtime_ns}")
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def spark_launch_home() -> Path:

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 from framework import TumblingWindows, WatermarkStrategy
+from framework.classdata import remove_unused
 from framework.engine.partitioner import partition_for
 from framework.engine.record import Record
 from framework.errors import PipelineError
@@ -45,7 +46,6 @@ from framework.replay.submit import (
     ClassArchive,
     command,
     package,
-    remove_unused,
 )
 from framework.serde import AvroSerde, StringSerde, load_schema
 from framework.testing import TestDriver
