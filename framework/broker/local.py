@@ -485,7 +485,7 @@ class LocalBroker:
     def _archive(self, java: str) -> DetachedArchive | None:
         """The brokers' class-data archive (``framework.classdata``) for this Java and these
         jars: the first broker stopped cleanly writes it as it exits, later starts map it
-        (a start took 1.6 CPU seconds instead of 2.8, ``benchmarks/NOTES.md``)."""
+        (its JVM took 1.7 CPU seconds to answer instead of 2.6, ``benchmarks/NOTES.md``)."""
         jars = self._jars()
         directory = fw_home() / "kafka-cds"
         if not jars or any(c.isspace() for c in str(directory)):
