@@ -21,12 +21,13 @@ def _run(java: str, options: list[str], jars: list[Path], lock: int | None = Non
                           pass_fds=() if lock is None else (lock,))
 
 
-def test_one_jvm_writes_the_archive_it_goes_in_place_once_mapped_and_the_next_jvm_maps_it(tmp_path: Path) -> None:
+def _written(tmp_path: Path) -> tuple[str, list[Path], DetachedArchive]:
+    """Java, the broker's jars, and an archive of theirs a JVM has written (not yet in place):
+    the JVM was started with the options of the first start, which took the writer's lock."""
     java = shutil.which("java")
     assert java, "Java is needed by the local broker"
     jars = sorted(LocalBroker(tmp_path / "broker").fetch().glob("*.jar"))
     archive = DetachedArchive(java, jars, tmp_path / "cds")
-
     options, lock = archive.options()
     assert lock is not None and any(o.startswith("-XX:ArchiveClassesAtExit=") for o in options), options
     # another broker starting meanwhile neither writes nor maps: it starts as it did without
@@ -37,6 +38,11 @@ def test_one_jvm_writes_the_archive_it_goes_in_place_once_mapped_and_the_next_jv
         os.close(lock)
     assert done.returncode == 0 and done.stdout.strip(), done.stdout + done.stderr
     assert archive.writing.is_file() and not archive.path.exists()
+    return java, jars, archive
+
+
+def test_one_jvm_writes_the_archive_it_goes_in_place_once_mapped_and_the_next_jvm_maps_it(tmp_path: Path) -> None:
+    java, jars, archive = _written(tmp_path)
 
     archive.settle()
     assert archive.path.is_file() and not archive.writing.exists()
@@ -47,16 +53,7 @@ def test_one_jvm_writes_the_archive_it_goes_in_place_once_mapped_and_the_next_jv
 
 
 def test_an_archive_cut_short_is_removed_not_put_in_place(tmp_path: Path) -> None:
-    java = shutil.which("java")
-    assert java, "Java is needed by the local broker"
-    jars = sorted(LocalBroker(tmp_path / "broker").fetch().glob("*.jar"))
-    archive = DetachedArchive(java, jars, tmp_path / "cds")
-    options, lock = archive.options()
-    assert lock is not None
-    try:
-        assert _run(java, options, jars, lock).returncode == 0
-    finally:
-        os.close(lock)
+    _, _, archive = _written(tmp_path)
     whole = archive.writing.read_bytes()
     archive.writing.write_bytes(whole[:len(whole) // 2])  # as a JVM killed while writing it leaves it
 
