@@ -28,11 +28,9 @@ _fw_bootstrap() {
   want="$(sha256sum < "$root/pyproject.toml" | cut -d' ' -f1)" || return 1
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "[bootstrap] installing the project and its test dependencies (first time: pyspark is large)"
-    # --no-compile: a module is compiled when first imported, not every module of every package
-    # (pyspark's alone are thousands, most never imported): 5 s less of the install's 31 here
     log="$venv/.fw-install.log"
     if ! { "$venv/bin/python" -m pip install -q --upgrade pip &&
-           "$venv/bin/python" -m pip install -q --no-compile -e "$root[test]"; } >"$log" 2>&1; then
+           "$venv/bin/python" -m pip install -q -e "$root[test]"; } >"$log" 2>&1; then
       cat "$log" >&2
       echo "error: installing the project into $venv failed (pip's output above, also in $log)" >&2
       return 1
