@@ -306,6 +306,7 @@ class KafkaOutput:
         self._nodes_seen: set[int] = set()  # the cluster's nodes as this producer has seen them (send_offsets)
         self.group: str | None = None  # the consumer group whose offsets it sends (send_offsets)
         self._coordinator: int | None = None  # that group's coordinator as last seen (send_offsets)
+        self._coordinator_at = -math.inf  # when (monotonic)
 
     # -- Output protocol -----------------------------------------------------------------
 
@@ -547,7 +548,14 @@ class KafkaOutput:
                 raise TimeoutError(f"send_offsets_to_transaction did not return within {waited:.1f} s: {why}")
             step = _SEND_OFFSETS_ASK_S
         call.result()
-        self._coordinator = None  # the call reached the coordinator: to be seen afresh when a node fails
+        # The call reached the coordinator librdkafka knows: the one the metadata names now, asked
+        # for after a call once a second while a node's connection failed recently (a coordinator
+        # may be moving), else once in ten: when a node fails next, a flush knows whether the
+        # coordinator was there (``_coordinator_left``) without waiting for the next call.
+        every = _COORDINATOR_SEEN_FAILED_S if self._recently_failed() else _COORDINATOR_SEEN_S
+        if time.monotonic() - self._coordinator_at >= every:
+            self._coordinator, self._coordinator_at = None, time.monotonic()
+            self._look("offsets that reached the group's coordinator")
 
     def _moved(self) -> str | None:
         """Why the group coordinator this producer cached may be a node that cannot answer,
@@ -586,8 +594,9 @@ class KafkaOutput:
         """Why the group coordinator this producer cached is a node it can no longer reach, from
         the cluster's metadata asked now: the coordinator as last seen was a node whose
         connection failed within ``_RECENTLY_FAILED_S``, and that node is no longer listed
-        or no longer the coordinator. None when nothing says so; the first look after a
-        successful send_offsets_to_transaction only remembers the coordinator."""
+        or no longer the coordinator. None when nothing says so; a look while the coordinator
+        is not known (the metadata did not say after the last send_offsets_to_transaction)
+        only remembers it."""
         seen = self._look("a flush that waits")
         if seen is None:
             return None
@@ -662,7 +671,7 @@ class KafkaOutput:
         self._delivery_error = None
         self._gone = set()
         self._changelog_ends = {}
-        self._nodes_seen, self._coordinator = set(), None
+        self._nodes_seen, self._coordinator, self._coordinator_at = set(), None, -math.inf
         self.connectivity = Connectivity()
         self._full_conf["error_cb"] = self.connectivity.on_error
         self._p = Producer(self._full_conf)
@@ -706,6 +715,8 @@ _RECENTLY_FAILED_S = 60.0  # a node whose connection failed this recently may ha
 _SEND_OFFSETS_BOUND_S = 15.0  # a send_offsets_to_transaction longer than this is given up (KafkaOutput)
 _SEND_OFFSETS_QUICK_S = 1.0  # ... and one longer than this asks whether a node left the cluster ...
 _SEND_OFFSETS_ASK_S = 0.5  # ... every half second
+_COORDINATOR_SEEN_S = 10.0  # the group's coordinator is asked for after a send_offsets at most this often ...
+_COORDINATOR_SEEN_FAILED_S = 1.0  # ... or this often while a node's connection failed recently
 
 
 class _BoundedCall:

@@ -215,8 +215,8 @@ def test_a_flush_waits_on_while_the_coordinators_node_did_not_fail(output: Kafka
 
 
 def test_the_coordinator_is_seen_afresh_after_offsets_reached_it(output: KafkaOutput) -> None:
-    """A send_offsets_to_transaction that returned forgets the coordinator last seen: a node
-    failing later is judged by the coordinator seen then, not an old one."""
+    """A send_offsets_to_transaction that returned while a node failed recently remembers the
+    coordinator the metadata names then, not an old one: a node failing later is judged by it."""
     _refused(output, 3)
     output._p.md = _metadata([1, 2, 3], [1, 2, 3, 1])  # type: ignore[attr-defined]
     assert output._coordinator_left() is None and output._coordinator == 3
@@ -225,8 +225,42 @@ def test_the_coordinator_is_seen_afresh_after_offsets_reached_it(output: KafkaOu
     stuck.md = _metadata([1, 2, 3], [1, 2, 1, 1])
     output._p = stuck  # type: ignore[assignment]
     output.send_offsets({("t", 0): 1}, object(), 30.0)
-    assert output._coordinator is None
-    assert output._coordinator_left() is None  # node 1 is the coordinator as seen now: nothing moved
+    assert output._coordinator == 1
+    assert output._coordinator_left() is None  # node 1 is still the coordinator: nothing moved
     stuck.md = _metadata([1, 2, 3], [1, 2, 2, 1])
     output.connectivity.node_failed[1] = output.connectivity.node_failed[3]
     assert output._coordinator_left() == "the group's coordinator moved from node 1, whose connection failed 0 s ago, to node 2"
+
+
+def test_while_no_node_failed_the_coordinator_is_asked_for_after_offsets_once_in_ten_seconds(
+        output: KafkaOutput, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In calm the coordinator is asked for after a send_offsets_to_transaction only when it
+    was last seen ten seconds ago or more; a node that then fails while it is the coordinator
+    is known to have been it, so the first look of a waiting flush can give up."""
+    asked: list[float] = []
+    stuck = _Stuck()
+    stuck.release.set()
+    stuck.md = _metadata([1, 2, 3], [1, 2, 3, 1])
+    real = stuck.list_topics
+
+    def list_topics(topic: str | None = None, timeout: float = -1) -> _Metadata:
+        asked.append(timeout)
+        return real(topic, timeout)
+
+    stuck.list_topics = list_topics  # type: ignore[method-assign]
+    output._p = stuck  # type: ignore[assignment]
+    clock = [1000.0]
+    monkeypatch.setattr("framework.kafka.clients.time.monotonic", lambda: clock[0])
+    output.send_offsets({("t", 0): 1}, object(), 30.0)
+    assert len(asked) == 1 and output._coordinator == 3
+    clock[0] += 9.0
+    output.send_offsets({("t", 0): 2}, object(), 30.0)
+    assert len(asked) == 1
+    clock[0] += 1.0
+    output.send_offsets({("t", 0): 3}, object(), 30.0)
+    assert len(asked) == 2
+
+    _refused(output, 3)  # node 3 fails, and the cluster fences it: the coordinator moves to node 1
+    stuck.md = _metadata([1, 2], [1, 2, 1, 1])
+    assert output._coordinator_left() == ("node 3, the group's coordinator, left the cluster's metadata (stopped, "
+                                          "and fenced by the cluster) after its connection failed")
