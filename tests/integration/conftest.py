@@ -1,7 +1,10 @@
 import json
+import os
 import subprocess
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol, TypeVar
 
 import pytest
 
@@ -11,10 +14,12 @@ from framework.replay.submit import environment, spark_home
 from tests.integration.harness import ServiceProcess, wait_until
 from tests.ports import worker_port, worker_port_pair
 
-# The modules of the longest tests, in that order, go first: the suite's workers
-# (``--dist worksteal``) take tests from the front of their queues and steal from the back
-# of the others', so a long module that came last would hold one worker while the others
-# had nothing left to do (the three-node cluster's module alone takes about ten minutes).
+# The modules of the longest tests, longest first, each at the head of one worker's share:
+# ``--dist worksteal`` deals the collection out in contiguous shares, one per worker, each
+# worker runs its share from the front, and an idle one steals from the back of the longest
+# queue. With them all at the front of the first share (before), that worker ran the
+# three-node cluster's module (about ten minutes), then the compose stack's, then the slow
+# steps', while the others had nothing left but to wait.
 LONG_FIRST = ("test_cluster_faults.py", "test_compose_stack.py", "test_slow_steps.py", "test_kube_play.py")
 
 
@@ -22,8 +27,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-    rank = {name: i for i, name in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: the rest keep their order
+    items[:] = spread_long_modules(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+class _InModule(Protocol):
+    @property
+    def path(self) -> Path: ...
+
+
+Item = TypeVar("Item", bound=_InModule)
+
+
+def spread_long_modules(items: list[Item], workers: int) -> list[Item]:
+    """``items`` reordered so that each of the ``workers`` shares worksteal deals out (in
+    turn, the pending tests divided by the workers still to serve) starts with the next of
+    the ``LONG_FIRST`` modules, in that order; the rest keep theirs."""
+    longest: dict[str, list[Item]] = {name: [] for name in LONG_FIRST}
+    rest: list[Item] = []
+    for item in items:
+        longest.get(item.path.name, rest).append(item)
+    heads: list[list[Item]] = [[] for _ in range(max(workers, 1))]
+    for i, module in enumerate(m for m in longest.values() if m):
+        heads[i % len(heads)] += module
+    ordered: list[Item] = []
+    for i, head in enumerate(heads):
+        share = (len(items) - len(ordered)) // (len(heads) - i)
+        fill = max(share - len(head), 0)
+        ordered += head + rest[:fill]
+        del rest[:fill]
+    return ordered + rest
 
 
 @pytest.fixture
