@@ -48,6 +48,8 @@ _FLUSH_SLICE_S = 0.5  # a flush looks at the brokers' state this often
 _FLUSH_LOOK_AFTER_S = 0.5  # a transaction's flush this long, while a node's connection failed recently, ...
 _FLUSH_LOOK_S = 0.1  # ... looks at the group's coordinator this often (KafkaOutput._coordinator_left)
 _NODE_NAMED = re.compile(r"[^\s/]+/(\d+): ")  # librdkafka names a node "host:port/id: ..." in its errors
+# ... and a coordinator's handle "TxnCoordinator: host:port: ...": the node at that address
+_ADDRESS_NAMED = re.compile(r"(?:[A-Za-z]+: )?([^\s/]+:\d+)(?:/\d+)?: ")
 _TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is refused already
 # librdkafka tries a node that went away again after reconnect.backoff.ms, doubled per attempt
 # up to reconnect.backoff.max.ms (10 s by default; 1 s in Kafka's Java clients), and a producer
@@ -245,6 +247,7 @@ class Connectivity:
         self.down_since: float | None = None
         self.fatal: KafkaError | None = None
         self.node_failed: dict[int, float] = {}  # node id -> when a connection to it last failed (monotonic)
+        self.address_failed: dict[str, float] = {}  # "host:port" -> the same, for any handle of that node
 
     def on_error(self, err: KafkaError) -> None:
         """The client's ``error_cb`` (served by its poll, consume or flush)."""
@@ -255,9 +258,15 @@ class Connectivity:
             self.fatal = err
         else:
             log.debug("client error event: %s", err)
-            node = _NODE_NAMED.match(err.str()) if err.code() == KafkaError._TRANSPORT else None
+            if err.code() != KafkaError._TRANSPORT:
+                return
+            # librdkafka reports a node's failure once per handle while it repeats itself: the
+            # second kill of a node may come as its coordinator handle's error alone
+            node, address = _NODE_NAMED.match(err.str()), _ADDRESS_NAMED.match(err.str())
             if node is not None:
                 self.node_failed[int(node.group(1))] = time.monotonic()
+            if address is not None:
+                self.address_failed[address.group(1)] = time.monotonic()
 
     def clear(self) -> None:
         self.down_since = None
@@ -304,6 +313,7 @@ class KafkaOutput:
         self._accepted: dict[str, tuple[float, float]] = {}  # topic -> timestamps it takes, as of the last poll
         self._stuck: list[_BoundedCall] = []  # send_offsets calls past their timeout, still running
         self._nodes_seen: set[int] = set()  # the cluster's nodes as this producer has seen them (send_offsets)
+        self._addresses: dict[str, int] = {}  # "host:port" -> node id, as the metadata named them (send_offsets)
         self.group: str | None = None  # the consumer group whose offsets it sends (send_offsets)
         self._coordinator: int | None = None  # that group's coordinator as last seen (send_offsets)
         self._coordinator_at = -math.inf  # when (monotonic)
@@ -576,7 +586,6 @@ class KafkaOutput:
             return None
         now, failed, before, coordinator = seen
         gone = sorted((self._nodes_seen | set(failed)) - now) if now else []
-        self._nodes_seen |= now
         if gone:
             return (f"node{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} left the cluster's metadata "
                     "(stopped, and fenced by the cluster): its group coordinator moved")
@@ -592,20 +601,22 @@ class KafkaOutput:
 
     def _coordinator_left(self) -> str | None:
         """Why the group coordinator this producer cached is a node it can no longer reach, from
-        the cluster's metadata asked now: the coordinator as last seen was a node whose
-        connection failed within ``_RECENTLY_FAILED_S``, and that node is no longer listed
-        or no longer the coordinator. None when nothing says so; a look while the coordinator
-        is not known (the metadata did not say after the last send_offsets_to_transaction)
-        only remembers it."""
+        the cluster's metadata asked now: the coordinator as last seen is a node no longer
+        listed, or a node whose connection failed within ``_RECENTLY_FAILED_S`` and that is no
+        longer the coordinator. None when nothing says so; a look while the coordinator is not
+        known (the metadata did not say after the last send_offsets_to_transaction) only
+        remembers it."""
         seen = self._look("a flush that waits")
         if seen is None:
             return None
         now, failed, before, coordinator = seen
-        if before is None or before not in failed or not now:
+        if before is None or not now:
             return None
         if before not in now:
             return (f"node {before}, the group's coordinator, left the cluster's metadata (stopped, and fenced by "
-                    "the cluster) after its connection failed")
+                    "the cluster)")
+        if before not in failed:
+            return None
         if coordinator is not None and coordinator != before:
             return (f"the group's coordinator moved from node {before}, whose connection failed "
                     f"{time.monotonic() - failed[before]:.0f} s ago, to node {coordinator}")
@@ -621,18 +632,27 @@ class KafkaOutput:
         except KafkaException as exc:
             log.debug("%s: the metadata did not come (%s)", who, exc)
             return None
-        now, failed = set(md.brokers), self._recently_failed()
+        now = set(md.brokers)
+        self._addresses.update({f"{b.host}:{b.port}": n for n, b in md.brokers.items() if hasattr(b, "host")})
+        failed = self._recently_failed()
         before, coordinator = self._coordinator, _coordinator_of(md, self.group)
         if coordinator is not None:
             self._coordinator = coordinator
         log.debug("%s: nodes %s listed, %s seen, %s failed recently; the group's coordinator node %s, %s before",
                   who, sorted(now), sorted(self._nodes_seen), sorted(failed), coordinator, before)
+        self._nodes_seen |= now
         return now, failed, before, coordinator
 
     def _recently_failed(self) -> dict[int, float]:
-        """The nodes whose connection failed within ``_RECENTLY_FAILED_S``, and when."""
-        now = time.monotonic()
-        return {n: at for n, at in self.connectivity.node_failed.items() if now - at < _RECENTLY_FAILED_S}
+        """The nodes whose connection failed within ``_RECENTLY_FAILED_S``, and when: those an
+        error named, and those at an address an error named (a coordinator's handle), as the
+        metadata last named them."""
+        now, failed = time.monotonic(), dict(self.connectivity.node_failed)
+        for address, at in self.connectivity.address_failed.items():
+            node = self._addresses.get(address)
+            if node is not None and at > failed.get(node, -math.inf):
+                failed[node] = at
+        return {n: at for n, at in failed.items() if now - at < _RECENTLY_FAILED_S}
 
     def commit(self, timeout_s: float) -> None:
         try:
@@ -672,6 +692,7 @@ class KafkaOutput:
         self._gone = set()
         self._changelog_ends = {}
         self._nodes_seen, self._coordinator, self._coordinator_at = set(), None, -math.inf
+        self._addresses = {}
         self.connectivity = Connectivity()
         self._full_conf["error_cb"] = self.connectivity.on_error
         self._p = Producer(self._full_conf)
@@ -1204,6 +1225,22 @@ class ChangelogReader:
         if tp in self._assigned:
             self._c.incremental_unassign([TopicPartition(tp[0], tp[1])])
             self._assigned.discard(tp)
+
+    def refresh(self, topics: Iterable[str], timeout_s: float) -> None:
+        """Ask for the metadata of ``topics`` now, so that the offsets asked next go to their
+        partitions' leaders as they are now. The reader lives as long as the member, and the
+        leaders it cached may be a node that died since: a restart after a broken checkpoint
+        asked such a node for a changelog's offsets and waited until it came back (1.2 s of a
+        recovery in the cluster soak; as long as the node stays down, or until the next
+        periodic refresh, in general). What cannot be asked now is left to the offsets' own
+        retries."""
+        clients = [c for c in (self._c, self._log_end) if c is not None]
+        for topic in topics:
+            for client in clients:
+                try:
+                    client.list_topics(topic, timeout=timeout_s)
+                except KafkaException as exc:
+                    log.debug("the metadata of %s did not come (%s): the offsets are asked all the same", topic, exc)
 
     def end_offset(self, tp: TP, timeout_s: float) -> int:
         """The changelog partition's end (``offsets``)."""

@@ -28,6 +28,7 @@ from framework.kafka.clients import TP, ChangelogReader
 log = logging.getLogger("framework.restore")
 _MARKER_WAIT_S = 10.0  # the coordinator writes a commit's markers within moments, not seconds
 _PROGRESS_EVERY_S = 5.0
+_REFRESH_TIMEOUT_S = 5.0  # the changelogs' metadata asked for before a restore's offsets (ChangelogReader.refresh)
 
 
 class Restorer:
@@ -58,6 +59,7 @@ class Restorer:
         query waits behind the fetches.
         """
         ids = changelog_ids(self.runner, self.topic_ids)
+        self.reader.refresh(ids, _REFRESH_TIMEOUT_S)
         assign: list[tuple[TP, int | None]] = []
         done: list[int] = []
         committed = table_positions(self.runner, self.committed, partitions)

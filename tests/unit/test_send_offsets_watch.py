@@ -3,7 +3,8 @@ given up when a node the producer has seen (in the metadata or in its connection
 leaves the cluster's metadata, when the group's coordinator is another node than when last
 seen, or when a connection to another node than the coordinator failed within the minute;
 not otherwise. A transaction's flush gives up as soon as the group's coordinator has left a
-node whose connection failed (``KafkaOutput._coordinator_left``): that call would wait next."""
+node whose connection failed, or its node left the metadata (``KafkaOutput._coordinator_left``):
+that call would wait next."""
 
 from __future__ import annotations
 
@@ -263,4 +264,50 @@ def test_while_no_node_failed_the_coordinator_is_asked_for_after_offsets_once_in
     _refused(output, 3)  # node 3 fails, and the cluster fences it: the coordinator moves to node 1
     stuck.md = _metadata([1, 2], [1, 2, 1, 1])
     assert output._coordinator_left() == ("node 3, the group's coordinator, left the cluster's metadata (stopped, "
-                                          "and fenced by the cluster) after its connection failed")
+                                          "and fenced by the cluster)")
+
+
+def test_a_coordinator_whose_node_left_the_metadata_is_given_up_without_an_error_naming_it(
+        output: KafkaOutput) -> None:
+    """The second kill of a node: librdkafka did not report the node's own handle failing again
+    (it repeats an error once). The coordinator last seen is no longer listed: the flush gives
+    up all the same."""
+    output._p.md = _metadata([1, 2, 3], [1, 2, 3, 1])  # type: ignore[attr-defined]
+    assert output._coordinator_left() is None and output._coordinator == 3
+    output._p.md = _metadata([1, 2], [1, 2, 1, 1])  # type: ignore[attr-defined]
+    assert not output._recently_failed()
+    assert output._coordinator_left() == ("node 3, the group's coordinator, left the cluster's metadata (stopped, "
+                                          "and fenced by the cluster)")
+
+
+@dataclass
+class _Broker:
+    host: str
+    port: int
+
+
+def test_a_coordinators_handle_that_failed_names_the_node_at_its_address(output: KafkaOutput) -> None:
+    """``TxnCoordinator: host:port: ...`` names no node id: the node is the one the metadata last
+    listed at that address, listed still or not."""
+    md = _metadata([1, 2, 3], [1, 2, 3, 1])
+    md.brokers = {n: _Broker("127.0.0.1", 29600 + 2 * (n - 1)) for n in (1, 2, 3)}
+    output._p.md = md  # type: ignore[attr-defined]
+    assert output._coordinator_left() is None
+    output.connectivity.on_error(KafkaError(KafkaError._TRANSPORT, "TxnCoordinator: 127.0.0.1:29604: Connect to "
+                                            "ipv4#127.0.0.1:29604 failed: Connection refused (after 0ms in state CONNECT)"))
+    assert not output.connectivity.node_failed and output._recently_failed().keys() == {3}
+    md.brokers = {n: _Broker("127.0.0.1", 29600 + 2 * (n - 1)) for n in (1, 2)}  # fenced: no longer listed
+    assert output._recently_failed().keys() == {3}
+
+
+def test_nodes_listed_after_offsets_reached_the_coordinator_count_as_seen(output: KafkaOutput) -> None:
+    """The producer began while node 3 was away; node 3 came back and was listed when offsets
+    reached the coordinator; then it died again: a stuck call names it once it leaves."""
+    assert _answers(output, _metadata([1, 2], [1, 2, 1, 1])) is None
+    stuck = _Stuck()
+    stuck.release.set()
+    stuck.md = _metadata([1, 2, 3], [1, 2, 3, 1])
+    output._p = stuck  # type: ignore[assignment]
+    output.send_offsets({("t", 0): 1}, object(), 30.0)
+    assert _answers(output, _metadata([1, 2], [1, 2, 1, 1])) == (
+        "node 3 left the cluster's metadata (stopped, and fenced by the cluster): its group coordinator moved")
