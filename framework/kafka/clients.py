@@ -45,8 +45,8 @@ log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses
 _FLUSH_SLICE_S = 0.5  # a flush looks at the brokers' state this often
-_FLUSH_LOOK_AFTER_S = 0.5  # a transaction's flush this long, while a node's connection failed recently, ...
-_FLUSH_LOOK_S = 0.1  # ... looks at the group's coordinator this often (KafkaOutput._coordinator_left)
+_FLUSH_LOOK_AFTER_S = 0.5  # a transaction's flush this long looks at the group's coordinator each slice ...
+_FLUSH_LOOK_S = 0.1  # ... of this, while a node's connection failed recently (KafkaOutput._coordinator_left)
 _NODE_NAMED = re.compile(r"[^\s/]+/(\d+): ")  # librdkafka names a node "host:port/id: ..." in its errors
 # ... and a coordinator's handle "TxnCoordinator: host:port: ...": the node at that address
 _ADDRESS_NAMED = re.compile(r"(?:[A-Za-z]+: )?([^\s/]+:\d+)(?:/\d+)?: ")
@@ -463,20 +463,23 @@ class KafkaOutput:
         """Wait for every delivery report; raise what a failed delivery reported. Gives up
         early, once every broker connection is down: nothing can be delivered then; at once
         for a topic written to that does not exist (``on_missing``); and, in a transaction,
-        once the group's coordinator has left a node whose connection failed
-        (``_coordinator_left``): the send_offsets_to_transaction that would follow the flush
-        would wait for that node, so a new producer settles the interval now rather than
-        after the flush and that call."""
+        once the group's coordinator as last seen has left the cluster's metadata, or has
+        moved from a node whose connection failed (``_coordinator_left``): the
+        send_offsets_to_transaction that would follow the flush would wait for that node, so
+        a new producer settles the interval now rather than after the flush and that call.
+        A flush that has waited half a second looks every half second, every 0.1 s while a
+        node's connection failed within the minute. It does not wait for a failure to look:
+        in the cluster soak a producer's errors for a killed node's connections reached the
+        member 7-9 s after the kill, about when the cluster fenced the node."""
         started = time.monotonic()
         deadline, asked = started + timeout_s, False
         watch = self.transactional and self.group is not None
         while True:
-            # while a node failed, in slices short enough to see its coordinators move within one
-            looking = watch and time.monotonic() - started >= _FLUSH_LOOK_AFTER_S
+            looking = quick = watch and time.monotonic() - started >= _FLUSH_LOOK_AFTER_S
             if looking:
                 self._p.poll(0)  # the connection errors reported meanwhile: a flush does not serve them
-                looking = bool(self._recently_failed())
-            remaining = self._p.flush(min(_FLUSH_LOOK_S if looking else _FLUSH_SLICE_S,
+                quick = bool(self._recently_failed())  # slices short enough to see a coordinator move
+            remaining = self._p.flush(min(_FLUSH_LOOK_S if quick else _FLUSH_SLICE_S,
                                           max(deadline - time.monotonic(), 0)))
             if not remaining:
                 break

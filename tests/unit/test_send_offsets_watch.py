@@ -201,10 +201,30 @@ def test_a_flush_gives_up_once_the_groups_coordinator_left_a_node_that_failed(ou
     assert not looks and stuck.flushes >= 3
 
 
+def test_a_flush_that_saw_no_failure_gives_up_once_the_coordinators_node_left_the_metadata(
+        output: KafkaOutput) -> None:
+    """No connection error has reached the member (librdkafka served them late in the soak):
+    a flush that waits looks every half second all the same, and gives up once the coordinator
+    it saw is no longer listed."""
+    output.transactional = True
+    stuck = _Undelivered()
+    output._p = stuck  # type: ignore[assignment]
+    looks: list[_Metadata] = [_metadata([1, 2, 3], [1, 2, 3, 1]), _metadata([1, 2], [1, 2, 1, 1])]
+
+    def list_topics(topic: str | None = None, timeout: float = -1) -> _Metadata:
+        return looks.pop(0)
+
+    stuck.list_topics = list_topics  # type: ignore[method-assign]
+    with pytest.raises(KafkaClientError, match="7 records not delivered yet, and the offsets could not follow them: "
+                                               "node 3, the group's coordinator, left the cluster's metadata"):
+        output.flush(30.0)
+    assert not looks and not output._recently_failed()
+
+
 @pytest.mark.parametrize("failed", [None, 1])
 def test_a_flush_waits_on_while_the_coordinators_node_did_not_fail(output: KafkaOutput, failed: int | None) -> None:
-    """No node failed, or only another node than the coordinator: the coordinator is not
-    looked at, or stays; the flush waits for its records to its own bound."""
+    """No node failed, or only another node than the coordinator: the coordinator stays; the
+    flush waits for its records to its own bound."""
     output.transactional = True
     stuck = _Undelivered()
     stuck.md = _metadata([1, 2, 3], [1, 2, 3, 1])
