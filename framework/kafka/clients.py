@@ -45,6 +45,7 @@ log = logging.getLogger("framework.kafka")
 TP = tuple[str, int]
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses
 _FLUSH_SLICE_S = 0.5  # a flush looks at the brokers' state this often
+_COMMIT_SLICE_S = 1.0  # ... and a transaction's commit this often (KafkaOutput.commit)
 _FLUSH_LOOK_AFTER_S = 0.5  # a transaction's flush this long looks at the group's coordinator each slice ...
 _FLUSH_LOOK_S = 0.1  # ... of this, while a node's connection failed recently (KafkaOutput._coordinator_left)
 _NODE_NAMED = re.compile(r"[^\s/]+/(\d+): ")  # librdkafka names a node "host:port/id: ..." in its errors
@@ -658,12 +659,28 @@ class KafkaOutput:
         return {n: at for n, at in failed.items() if now - at < _RECENTLY_FAILED_S}
 
     def commit(self, timeout_s: float) -> None:
-        try:
-            self._p.commit_transaction(timeout_s)
-        except KafkaException as exc:
-            if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].txn_requires_abort():
-                self._refuse_gone()  # records failed delivery (outputs have no report of their own): why?
-            raise
+        """commit_transaction, in slices of ``_COMMIT_SLICE_S``: librdkafka lets a commit that
+        timed out be asked again, and between two slices the producer's connection errors are
+        served. Once every broker connection is down the commit is given up, its outcome
+        unknown (a new producer's ``init_transactions`` settles it), and the member says it
+        waits for its cluster. Before, a commit under way when the only broker was SIGKILLed
+        waited out the whole outage, the member ready all along, and went on when it came back."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self._p.commit_transaction(max(min(_COMMIT_SLICE_S, left), 0.1))
+                return
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if err is not None and err.txn_requires_abort():
+                    self._refuse_gone()  # records failed delivery (outputs have no report of their own): why?
+                if err is None or err.code() != KafkaError._TIMED_OUT or not err.retriable() or \
+                        left <= _COMMIT_SLICE_S:
+                    raise
+            self._p.poll(0)  # the connection errors reported meanwhile: a commit does not serve them
+            if self.connectivity.down_since is not None:
+                raise KafkaClientError("the transaction's commit did not complete: every broker connection is down")
 
     def abort(self, timeout_s: float) -> None:
         self._delivery_error = None

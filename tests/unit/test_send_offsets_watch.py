@@ -4,7 +4,8 @@ leaves the cluster's metadata, when the group's coordinator is another node than
 seen, or when a connection to another node than the coordinator failed within the minute;
 not otherwise. A transaction's flush gives up as soon as the group's coordinator has left a
 node whose connection failed, or its node left the metadata (``KafkaOutput._coordinator_left``):
-that call would wait next."""
+that call would wait next. A transaction's commit is asked in slices, and given up once every
+broker connection is down (``KafkaOutput.commit``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from framework.errors import KafkaClientError
 from framework.kafka.clients import KafkaOutput, coordinator_partition
@@ -314,3 +315,52 @@ def test_nodes_listed_after_offsets_reached_the_coordinator_count_as_seen(output
     output.send_offsets({("t", 0): 1}, object(), 30.0)
     assert _answers(output, _metadata([1, 2], [1, 2, 1, 1])) == (
         "node 3 left the cluster's metadata (stopped, and fenced by the cluster): its group coordinator moved")
+
+
+class _SlowCommit(_Producer):
+    """A producer whose commit_transaction times out (retriable) ``slow`` times, then commits;
+    its poll serves the error events of ``events``."""
+
+    def __init__(self, slow: int, events: list[KafkaError], on_error: Any) -> None:
+        super().__init__()
+        self.slow, self.events, self.on_error = slow, events, on_error
+        self.asked: list[float] = []
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.asked.append(timeout)
+        if len(self.asked) <= self.slow:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to flush all outstanding messages "
+                                            "within the API timeout", retriable=True))
+
+    def poll(self, timeout: float) -> int:
+        for event in self.events:
+            self.on_error(event)
+        self.events = []
+        return 0
+
+
+def test_a_commit_is_asked_again_in_slices_until_it_completes(output: KafkaOutput) -> None:
+    slow = _SlowCommit(2, [], output.connectivity.on_error)
+    output._p = slow  # type: ignore[assignment]
+    output.commit(30.0)
+    assert slow.asked == [1.0, 1.0, 1.0]
+
+
+def test_a_commit_is_given_up_once_every_broker_connection_is_down(output: KafkaOutput) -> None:
+    """The only broker was SIGKILLed while the commit was under way: the commit's outcome is
+    unknown, and the member says so at once instead of waiting out the outage, ready."""
+    down = KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")
+    slow = _SlowCommit(5, [down], output.connectivity.on_error)
+    output._p = slow  # type: ignore[assignment]
+    with pytest.raises(KafkaClientError, match="the transaction's commit did not complete: every broker connection "
+                                               "is down"):
+        output.commit(30.0)
+    assert len(slow.asked) == 1
+
+
+def test_a_commit_past_its_bound_raises_the_timeout(output: KafkaOutput) -> None:
+    slow = _SlowCommit(5, [], output.connectivity.on_error)
+    output._p = slow  # type: ignore[assignment]
+    with pytest.raises(KafkaException, match="API timeout"):
+        output.commit(0.5)
+    assert len(slow.asked) == 1 and slow.asked[0] <= 0.5
