@@ -48,9 +48,9 @@ _FLUSH_SLICE_S = 0.5  # a flush looks at the brokers' state this often
 _COMMIT_SLICE_S = 1.0  # ... and a transaction's commit this often (KafkaOutput.commit)
 _FLUSH_LOOK_AFTER_S = 0.5  # a transaction's flush this long looks at the group's coordinator each slice ...
 _FLUSH_LOOK_S = 0.1  # ... of this, while a node's connection failed recently (KafkaOutput._coordinator_left)
-_NODE_NAMED = re.compile(r"[^\s/]+/(\d+): ")  # librdkafka names a node "host:port/id: ..." in its errors
-# ... and a coordinator's handle "TxnCoordinator: host:port: ...": the node at that address
-_ADDRESS_NAMED = re.compile(r"(?:[A-Za-z]+: )?([^\s/]+:\d+)(?:/\d+)?: ")
+# librdkafka names a node "host:port/id: ..." in its errors, and a coordinator's handle
+# "TxnCoordinator: host:port: ...": the address, and the node id where it says one
+_NODE_NAMED = re.compile(r"(?:[A-Za-z]+: )?([^\s/]+:\d+)(?:/(\d+))?: ")
 _TIME_MARGIN_MS = 60_000  # how close to a topic's timestamp limits an output is refused already
 # librdkafka tries a node that went away again after reconnect.backoff.ms, doubled per attempt
 # up to reconnect.backoff.max.ms (10 s by default; 1 s in Kafka's Java clients), and a producer
@@ -263,11 +263,12 @@ class Connectivity:
                 return
             # librdkafka reports a node's failure once per handle while it repeats itself: the
             # second kill of a node may come as its coordinator handle's error alone
-            node, address = _NODE_NAMED.match(err.str()), _ADDRESS_NAMED.match(err.str())
-            if node is not None:
-                self.node_failed[int(node.group(1))] = time.monotonic()
-            if address is not None:
-                self.address_failed[address.group(1)] = time.monotonic()
+            named = _NODE_NAMED.match(err.str())
+            if named is not None:
+                address, node = named.groups()
+                self.address_failed[address] = time.monotonic()
+                if node is not None:
+                    self.node_failed[int(node)] = time.monotonic()
 
     def clear(self) -> None:
         self.down_since = None
@@ -637,7 +638,7 @@ class KafkaOutput:
             log.debug("%s: the metadata did not come (%s)", who, exc)
             return None
         now = set(md.brokers)
-        self._addresses.update({f"{b.host}:{b.port}": n for n, b in md.brokers.items() if hasattr(b, "host")})
+        self._addresses.update({f"{b.host}:{b.port}": n for n, b in md.brokers.items()})
         failed = self._recently_failed()
         before, coordinator = self._coordinator, _coordinator_of(md, self.group)
         if coordinator is not None:

@@ -44,6 +44,17 @@ class _Topic:
 
 
 @dataclass
+class _Broker:
+    host: str
+    port: int
+
+
+def _brokers(nodes: list[int]) -> dict[int, object]:
+    """The local cluster's nodes as librdkafka lists them: node i at port 29600 + 2 (i - 1)."""
+    return {n: _Broker("127.0.0.1", 29600 + 2 * (n - 1)) for n in nodes}
+
+
+@dataclass
 class _Metadata:
     brokers: dict[int, object]
     topics: dict[str, _Topic] = field(default_factory=dict)
@@ -64,7 +75,7 @@ class _Producer:
 
 
 def _metadata(nodes: list[int], leaders: list[int]) -> _Metadata:
-    return _Metadata({n: object() for n in nodes},
+    return _Metadata(_brokers(nodes),
                      {"__consumer_offsets": _Topic({i: _Partition(leader) for i, leader in enumerate(leaders)})})
 
 
@@ -104,7 +115,7 @@ def test_a_coordinator_that_moved_while_its_node_came_back_is_named(output: Kafk
 def test_a_partition_without_a_leader_or_a_topic_not_described_says_nothing(output: KafkaOutput) -> None:
     assert _answers(output, _metadata([1, 2, 3], [1, 2, 3, 1])) is None
     assert _answers(output, _metadata([1, 2, 3], [1, 2, -1, 1])) is None  # an election under way
-    assert _answers(output, _Metadata({1: object(), 2: object(), 3: object()},
+    assert _answers(output, _Metadata(_brokers([1, 2, 3]),
                                       {"__consumer_offsets": _Topic({}, error="TOPIC_AUTHORIZATION_FAILED")})) is None
     assert _answers(output, _metadata([1, 2, 3], [1, 2, 3, 1])) is None  # the same coordinator as before
 
@@ -284,23 +295,16 @@ def test_a_coordinator_whose_node_left_the_metadata_is_given_up_without_an_error
                                           "and fenced by the cluster)")
 
 
-@dataclass
-class _Broker:
-    host: str
-    port: int
-
-
 def test_a_coordinators_handle_that_failed_names_the_node_at_its_address(output: KafkaOutput) -> None:
     """``TxnCoordinator: host:port: ...`` names no node id: the node is the one the metadata last
     listed at that address, listed still or not."""
     md = _metadata([1, 2, 3], [1, 2, 3, 1])
-    md.brokers = {n: _Broker("127.0.0.1", 29600 + 2 * (n - 1)) for n in (1, 2, 3)}
     output._p.md = md  # type: ignore[attr-defined]
     assert output._coordinator_left() is None
     output.connectivity.on_error(KafkaError(KafkaError._TRANSPORT, "TxnCoordinator: 127.0.0.1:29604: Connect to "
                                             "ipv4#127.0.0.1:29604 failed: Connection refused (after 0ms in state CONNECT)"))
     assert not output.connectivity.node_failed and output._recently_failed().keys() == {3}
-    md.brokers = {n: _Broker("127.0.0.1", 29600 + 2 * (n - 1)) for n in (1, 2)}  # fenced: no longer listed
+    md.brokers = _brokers([1, 2])  # fenced: no longer listed
     assert output._recently_failed().keys() == {3}
 
 
